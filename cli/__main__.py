@@ -1,0 +1,3 @@
+from eroica.cli.main import main
+
+main()

@@ -1,0 +1,201 @@
+"""Columnar batches of records: one numpy array per field.
+
+Everything downstream of the reader (detection, Kafka frames, sinks) works on
+these, never on per-record Python objects. Strings are dictionary-encoded
+(``int32`` codes into a per-batch vocabulary) because the detector groups by
+them and Kafka frames ship them once per frame instead of once per record.
+Absent optional values are ``-1`` for integer columns and ``NaN`` for floats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .records import COLLECTIVE_OPS, FN_KINDS, FnRecord, GpuRecord, HostRecord, NicRecord
+
+CAT = "cat"  # dictionary-encoded string column
+
+# Per record type: field -> dtype ("cat" for strings). Order is the frame order.
+SCHEMAS: dict[str, dict[str, str]] = {
+    "fn": {
+        "job": CAT, "node": CAT, "rank": "i4", "step": "i8", "fn": CAT, "kind": "i1",
+        "ts_ns": "i8", "dur_ns": "i8", "bytes": "i8", "op": "i1", "group": CAT,
+        "stream": "i4", "in_flight": "?", "stack": CAT,
+    },
+    "gpu": {
+        "job": CAT, "node": CAT, "rank": "i4", "gpu": "i4", "ts_ns": "i8",
+        **{f: "f8" for f in (
+            "sm_util_pct", "mem_util_pct", "sm_clock_mhz", "max_sm_clock_mhz", "power_w",
+            "power_limit_w", "temp_c", "throttle_reasons", "pcie_gen", "max_pcie_gen",
+            "pcie_width", "max_pcie_width", "pcie_tx_Bps", "pcie_rx_Bps", "nvlink_tx_Bps",
+            "nvlink_rx_Bps", "ecc_uncorrected", "xid", "mem_used_bytes", "mem_total_bytes")},
+    },
+    "nic": {
+        "job": CAT, "node": CAT, "nic": CAT, "ts_ns": "i8", "port": "i4",
+        **{f: "f8" for f in (
+            "tx_Bps", "rx_Bps", "link_gbps", "link_up", "tx_discards", "rx_errors",
+            "symbol_errors", "link_downed", "retransmits", "cnp_sent", "xmit_wait")},
+    },
+    "host": {
+        "job": CAT, "node": CAT, "ts_ns": "i8",
+        **{f: "f8" for f in ("cpu_util_pct", "load1", "iowait_pct", "mem_used_pct", "steal_pct")},
+    },
+}
+
+KIND_CODE = {k: i for i, k in enumerate(FN_KINDS)}
+OP_CODE = {k: i for i, k in enumerate(COLLECTIVE_OPS)}
+
+
+@dataclass
+class Columns:
+    """A batch of records of one type as numpy columns plus string vocabularies."""
+
+    type: str
+    arrays: dict[str, np.ndarray]
+    vocab: dict[str, list[str]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        first = next(iter(self.arrays.values()), None)
+        return 0 if first is None else len(first)
+
+    def strings(self, name: str) -> np.ndarray:
+        """Decode a dictionary-encoded column to an object array (for display/tests)."""
+        return np.asarray(self.vocab[name], dtype=object)[self.arrays[name]] if len(self) else np.empty(0, object)
+
+    def take(self, index: np.ndarray) -> "Columns":
+        """Rows selected by a boolean mask or index array; vocabularies are shared."""
+        return Columns(self.type, {k: v[index] for k, v in self.arrays.items()}, self.vocab)
+
+    def code_of(self, name: str, value: str) -> int:
+        """Code of a string in a column's vocabulary, -1 when absent."""
+        try:
+            return self.vocab[name].index(value)
+        except ValueError:
+            return -1
+
+
+def empty(type_: str) -> Columns:
+    schema = SCHEMAS[type_]
+    return Columns(
+        type_,
+        {k: np.empty(0, dtype=("i4" if t == CAT else t)) for k, t in schema.items()},
+        {k: [] for k, t in schema.items() if t == CAT},
+    )
+
+
+def _encode_strings(values: Iterable[str | None]) -> tuple[np.ndarray, list[str]]:
+    """Dictionary-encode strings; ``None`` becomes the empty string."""
+    table: dict[str, int] = {}
+    codes = [table.setdefault(v or "", len(table)) for v in values]
+    return np.fromiter(codes, dtype=np.int32, count=len(codes)), list(table)
+
+
+def _optional_int(values: list, dtype: str) -> np.ndarray:
+    return np.fromiter((-1 if v is None else v for v in values), dtype=dtype, count=len(values))
+
+
+def _optional_float(values: list) -> np.ndarray:
+    return np.fromiter((np.nan if v is None else v for v in values), dtype=np.float64, count=len(values))
+
+
+def from_records(type_: str, records: Sequence) -> Columns:
+    """Build columns from decoded structs of one type (the reader's hot path)."""
+    if not records:
+        return empty(type_)
+    schema = SCHEMAS[type_]
+    arrays: dict[str, np.ndarray] = {}
+    vocab: dict[str, list[str]] = {}
+    n = len(records)
+    for name, dtype in schema.items():
+        values = [getattr(r, name) for r in records]
+        if dtype == CAT:
+            arrays[name], vocab[name] = _encode_strings(values)
+        elif type_ == "fn" and name == "kind":
+            arrays[name] = np.fromiter((KIND_CODE[v] for v in values), dtype="i1", count=n)
+        elif type_ == "fn" and name == "op":
+            arrays[name] = np.fromiter((-1 if v is None else OP_CODE[v] for v in values), dtype="i1", count=n)
+        elif dtype == "?":
+            arrays[name] = np.fromiter(values, dtype=bool, count=n)
+        elif dtype == "f8":
+            arrays[name] = _optional_float(values)
+        else:
+            arrays[name] = _optional_int(values, dtype)
+    return Columns(type_, arrays, vocab)
+
+
+def concat(batches: Sequence[Columns]) -> Columns:
+    """Concatenate batches of one type, merging their string vocabularies."""
+    batches = [b for b in batches if len(b)]
+    if not batches:
+        raise ValueError("concat needs at least one non-empty batch")
+    if len(batches) == 1:
+        return batches[0]
+    type_ = batches[0].type
+    schema = SCHEMAS[type_]
+    arrays: dict[str, np.ndarray] = {}
+    vocab: dict[str, list[str]] = {}
+    for name, dtype in schema.items():
+        if dtype != CAT:
+            arrays[name] = np.concatenate([b.arrays[name] for b in batches])
+            continue
+        table: dict[str, int] = {}
+        parts = []
+        for b in batches:
+            remap = np.fromiter((table.setdefault(s, len(table)) for s in b.vocab[name]),
+                                dtype=np.int32, count=len(b.vocab[name]))
+            parts.append(remap[b.arrays[name]] if len(remap) else b.arrays[name])
+        arrays[name] = np.concatenate(parts)
+        vocab[name] = list(table)
+    return Columns(type_, arrays, vocab)
+
+
+def to_records(cols: Columns) -> list[dict]:
+    """Back to contract dicts (absent optionals dropped); for writers and tests, not hot paths."""
+    schema = SCHEMAS[cols.type]
+    out: list[dict] = []
+    decoded = {k: cols.strings(k) for k, t in schema.items() if t == CAT}
+    for i in range(len(cols)):
+        rec: dict = {"type": cols.type}
+        for name, dtype in schema.items():
+            if dtype == CAT:
+                v = decoded[name][i]
+                if v != "" or name in ("job", "node", "fn", "nic"):
+                    rec[name] = v
+                continue
+            v = cols.arrays[name][i]
+            if cols.type == "fn" and name == "kind":
+                rec[name] = FN_KINDS[int(v)]
+            elif cols.type == "fn" and name == "op":
+                if v >= 0:
+                    rec[name] = COLLECTIVE_OPS[int(v)]
+            elif dtype == "?":
+                if v:
+                    rec[name] = True
+            elif dtype == "f8":
+                if not np.isnan(v):
+                    rec[name] = _float_field(cols.type, name, float(v))
+            elif v >= 0 or name in ("rank", "step", "ts_ns", "dur_ns", "gpu"):
+                rec[name] = int(v)
+        out.append(rec)
+    return out
+
+
+_INT_COUNTERS = {
+    "throttle_reasons", "pcie_gen", "max_pcie_gen", "pcie_width", "max_pcie_width",
+    "ecc_uncorrected", "xid", "mem_used_bytes", "mem_total_bytes", "tx_discards",
+    "rx_errors", "symbol_errors", "link_downed", "retransmits", "cnp_sent", "xmit_wait",
+}
+
+
+def _float_field(type_: str, name: str, v: float):
+    if name == "link_up":
+        return bool(v)
+    if name in _INT_COUNTERS:
+        return int(v)
+    return v
+
+
+RECORD_CLASSES = {"fn": FnRecord, "gpu": GpuRecord, "nic": NicRecord, "host": HostRecord}

@@ -1,0 +1,172 @@
+"""Streaming reader of contract JSON Lines into columnar batches.
+
+Memory stays bounded whatever the file size: the input is read in fixed-size
+chunks, a line longer than ``max_line_bytes`` is skipped (and reported)
+without ever being held whole, and records are handed on in batches of at most
+``batch_records``. Invalid lines never stop the read: each comes back as an
+:class:`Invalid` with its line number and a reason naming field, value and rule.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+import msgspec
+
+from .columns import Columns, from_records
+from .records import JobRecord, Record
+
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK_BYTES = 1 << 20
+DEFAULT_MAX_LINE = 1 << 20
+DEFAULT_BATCH = 65536
+
+_decoder = msgspec.json.Decoder(Record)
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """One rejected input line: where it was, why, and (a prefix of) what it held."""
+
+    source: str
+    line: int
+    reason: str
+    raw: bytes
+
+    def describe(self) -> str:
+        return f"{self.source}:{self.line}: {self.reason}"
+
+
+@dataclass
+class Batch:
+    """Valid records of a chunk, one columnar batch per record type, plus the rejects."""
+
+    columns: dict[str, Columns] = field(default_factory=dict)
+    jobs: list[JobRecord] = field(default_factory=list)
+    invalid: list[Invalid] = field(default_factory=list)
+
+    @property
+    def valid_count(self) -> int:
+        return sum(len(c) for c in self.columns.values()) + len(self.jobs)
+
+
+def validate_line(raw: bytes) -> Record:
+    """Decode and validate one JSON line; raises ``msgspec.DecodeError`` with the reason."""
+    return _decoder.decode(raw)
+
+
+def reason_of(error: Exception, raw: bytes) -> str:
+    """A precise, human reason: msgspec names the rule and the path (``$.field``)."""
+    msg = str(error)
+    if isinstance(error, msgspec.ValidationError) or "at `$" in msg:
+        return msg
+    return f"invalid JSON: {msg}"
+
+
+def open_source(path: str | Path) -> tuple[BinaryIO, str]:
+    """Open a path (``-`` for stdin), transparently gunzipping by magic number."""
+    if str(path) == "-":
+        raw: BinaryIO = sys.stdin.buffer
+        name = "<stdin>"
+    else:
+        raw = open(path, "rb")
+        name = str(path)
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+    if buffered.peek(2)[:2] == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=buffered, mode="rb"), name  # type: ignore[return-value]
+    return buffered, name
+
+
+def iter_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Iterator[tuple[int, bytes | None]]:
+    """Yield ``(line_number, line)``; ``line`` is None for a line over the size bound."""
+    carry = b""
+    skipping = False
+    lineno = 0
+    while True:
+        chunk = stream.read(CHUNK_BYTES)
+        if not chunk:
+            break
+        parts = chunk.split(b"\n")
+        parts[0] = carry + parts[0] if not skipping else parts[0]
+        for i, part in enumerate(parts[:-1]):
+            lineno += 1
+            if skipping and i == 0:
+                skipping = False
+                yield lineno, None
+            elif len(part) > max_line_bytes:
+                yield lineno, None
+            else:
+                yield lineno, part
+        tail = parts[-1]
+        if skipping:
+            carry = b""
+        elif len(tail) > max_line_bytes:
+            skipping, carry = True, b""
+        else:
+            carry = tail
+    if skipping:
+        yield lineno + 1, None
+    elif carry:
+        yield lineno + 1, carry
+
+
+def read_batches(
+    path: str | Path,
+    batch_records: int = DEFAULT_BATCH,
+    max_line_bytes: int = DEFAULT_MAX_LINE,
+) -> Iterator[Batch]:
+    """Read one file or stdin into :class:`Batch` objects of bounded size."""
+    stream, name = open_source(path)
+    try:
+        yield from parse_lines(iter_lines(stream, max_line_bytes), name, batch_records, max_line_bytes)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:  # truncated or corrupt gzip
+        yield Batch(invalid=[Invalid(name, -1, f"unreadable input: {exc}", b"")])
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def parse_lines(
+    lines: Iterator[tuple[int, bytes | None]],
+    source: str = "<input>",
+    batch_records: int = DEFAULT_BATCH,
+    max_line_bytes: int = DEFAULT_MAX_LINE,
+) -> Iterator[Batch]:
+    """Validate numbered lines into batches; shared by files, stdin and Kafka ingest."""
+    by_type: dict[str, list] = {"fn": [], "gpu": [], "nic": [], "host": []}
+    jobs: list[JobRecord] = []
+    invalid: list[Invalid] = []
+    pending = 0
+    decode = _decoder.decode
+    for lineno, raw in lines:
+        if raw is None:
+            invalid.append(Invalid(source, lineno, f"line longer than {max_line_bytes} bytes", b""))
+            continue
+        if not raw.strip():
+            continue
+        try:
+            rec = decode(raw)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            invalid.append(Invalid(source, lineno, reason_of(exc, raw), raw[:4096]))
+            continue
+        if type(rec) is JobRecord:
+            jobs.append(rec)
+        else:
+            by_type[rec.__struct_config__.tag].append(rec)
+        pending += 1
+        if pending >= batch_records:
+            yield _flush(by_type, jobs, invalid)
+            by_type = {k: [] for k in by_type}
+            jobs, invalid, pending = [], [], 0
+    if pending or invalid:
+        yield _flush(by_type, jobs, invalid)
+
+
+def _flush(by_type: dict[str, list], jobs: list[JobRecord], invalid: list[Invalid]) -> Batch:
+    cols = {t: from_records(t, recs) for t, recs in by_type.items() if recs}
+    return Batch(cols, jobs, invalid)

@@ -1,0 +1,150 @@
+"""The input records of telemetry-v1 (``../shared/spec/telemetry-v1.md``).
+
+The structs *are* the validation: msgspec checks types, bounds and string
+lengths while decoding (in C), so a record that decodes is contract-valid and
+the error message of one that does not names the field, the value and the rule.
+Unknown fields are ignored, as the contract requires of newer collectors.
+JSON has no NaN/Infinity literal and msgspec rejects out-of-range numbers such
+as ``1e999``, so every float that decodes is finite.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+import msgspec
+
+Str = Annotated[str, msgspec.Meta(max_length=256)]
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+Rank = Annotated[int, msgspec.Meta(ge=0)]
+# Counters are only required to be finite numbers: the contract rejects wrong
+# types and non-finite values, not readings we find odd, so a collector that
+# reports e.g. a summed multi-core CPU percentage is not turned away.
+Pct = float
+NonNegFloat = float
+
+FN_KINDS = ("python", "kernel", "collective", "memcpy", "dataloader", "optimizer", "io", "other")
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv", "barrier")
+
+FnKind = Literal["python", "kernel", "collective", "memcpy", "dataloader", "optimizer", "io", "other"]
+CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv", "barrier"]
+
+
+class _Record(msgspec.Struct, tag_field="type", forbid_unknown_fields=False, gc=False, omit_defaults=True):
+    """Base of all input records; ``type`` is the tag that selects the kind."""
+
+
+class FnRecord(_Record, tag="fn"):
+    """One execution of one function on one rank."""
+
+    job: Str
+    node: Str
+    rank: Rank
+    step: NonNegInt
+    fn: Str
+    kind: FnKind
+    ts_ns: NonNegInt
+    dur_ns: NonNegInt
+    bytes: NonNegInt | None = None
+    op: CollectiveOp | None = None
+    group: Str | None = None
+    stream: NonNegInt | None = None
+    in_flight: bool = False
+    # The contract bounds every string to 256 characters, stacks included:
+    # collectors keep the innermost frames when a stack is deeper.
+    stack: Str | None = None
+
+
+class GpuRecord(_Record, tag="gpu"):
+    """One sample of one GPU's counters; absent fields were not reported."""
+
+    job: Str
+    node: Str
+    rank: Rank
+    gpu: NonNegInt
+    ts_ns: NonNegInt
+    sm_util_pct: Pct | None = None
+    mem_util_pct: Pct | None = None
+    sm_clock_mhz: NonNegFloat | None = None
+    max_sm_clock_mhz: NonNegFloat | None = None
+    power_w: NonNegFloat | None = None
+    power_limit_w: NonNegFloat | None = None
+    temp_c: float | None = None
+    throttle_reasons: NonNegInt | None = None
+    pcie_gen: NonNegInt | None = None
+    max_pcie_gen: NonNegInt | None = None
+    pcie_width: NonNegInt | None = None
+    max_pcie_width: NonNegInt | None = None
+    pcie_tx_Bps: NonNegFloat | None = None
+    pcie_rx_Bps: NonNegFloat | None = None
+    nvlink_tx_Bps: NonNegFloat | None = None
+    nvlink_rx_Bps: NonNegFloat | None = None
+    ecc_uncorrected: NonNegInt | None = None
+    xid: NonNegInt | None = None
+    mem_used_bytes: NonNegInt | None = None
+    mem_total_bytes: NonNegInt | None = None
+
+
+class NicRecord(_Record, tag="nic"):
+    """One sample of one NIC port; error counters are cumulative."""
+
+    job: Str
+    node: Str
+    nic: Str
+    ts_ns: NonNegInt
+    port: NonNegInt | None = None
+    tx_Bps: NonNegFloat | None = None
+    rx_Bps: NonNegFloat | None = None
+    link_gbps: NonNegFloat | None = None
+    link_up: bool | None = None
+    tx_discards: NonNegInt | None = None
+    rx_errors: NonNegInt | None = None
+    symbol_errors: NonNegInt | None = None
+    link_downed: NonNegInt | None = None
+    retransmits: NonNegInt | None = None
+    cnp_sent: NonNegInt | None = None
+    xmit_wait: NonNegInt | None = None
+
+
+class HostRecord(_Record, tag="host"):
+    """One sample of a node's host resources."""
+
+    job: Str
+    node: Str
+    ts_ns: NonNegInt
+    cpu_util_pct: Pct | None = None
+    load1: NonNegFloat | None = None
+    iowait_pct: Pct | None = None
+    mem_used_pct: Pct | None = None
+    steal_pct: Pct | None = None
+
+
+class JobRecord(_Record, tag="job"):
+    """Job metadata: optional, improves attribution (roles, nodes, stages)."""
+
+    job: Str
+    world_size: Annotated[int, msgspec.Meta(ge=1)]
+    ts_ns: NonNegInt | None = None
+    rank_nodes: list[Str] | None = None
+    rank_stages: list[NonNegInt] | None = None
+    rank_dp: list[NonNegInt] | None = None
+    dp: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    tp: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    pp: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+Record = Union[FnRecord, GpuRecord, NicRecord, HostRecord, JobRecord]
+RECORD_TYPES: dict[str, type[_Record]] = {
+    "fn": FnRecord,
+    "gpu": GpuRecord,
+    "nic": NicRecord,
+    "host": HostRecord,
+    "job": JobRecord,
+}
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode_record(record: Record) -> bytes:
+    """One JSON line (without newline) in the contract's form."""
+    return _encoder.encode(record)

@@ -1,0 +1,92 @@
+"""The verdict: Eroica's output record, exactly as telemetry-v1 defines it.
+
+``verdict_id`` is a hash of *what* was found and *when* (job, window, kind,
+component, scope, node, rank, gpu, fn) and of nothing else, so the same finding
+on the same window always gets the same id: replays and restarts rewrite rows
+instead of duplicating them. ``incident_id`` is an optional extension field
+that links the windows of one persisting problem (same hash without the window).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+import msgspec
+
+VerdictKind = Literal["slow", "hang"]
+Component = Literal[
+    "gpu", "gpu_memory", "pcie", "nvlink", "nic", "network", "host_cpu", "dataloader",
+    "storage", "python", "workload", "config", "software",
+]
+Scope = Literal["rank", "node", "job"]
+COMPONENTS: tuple[str, ...] = Component.__args__  # type: ignore[attr-defined]
+
+
+class Verdict(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
+    """One finding about one job window (field order is the contract's)."""
+
+    verdict_id: str
+    job: str
+    window_start_ns: int
+    window_end_ns: int
+    detected_at_ns: int
+    kind: VerdictKind
+    component: Component
+    scope: Scope
+    node: str
+    rank: int
+    gpu: int
+    fn: str
+    slowdown: float
+    score: float
+    confidence: float
+    peers: list[int]
+    victims: list[int]
+    evidence: dict[str, Any]
+    summary: str
+    # Optional extension (allowed by the contract): links the windows of one problem.
+    incident_id: str = ""
+
+
+def _digest(*parts: object) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for p in parts:
+        h.update(str(p).encode())
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+def finding_key(job: str, kind: str, component: str, scope: str, node: str, rank: int, gpu: int, fn: str) -> tuple:
+    return (job, kind, component, scope, node, int(rank), int(gpu), fn)
+
+
+def verdict_id(window_start_ns: int, window_end_ns: int, key: tuple) -> str:
+    """Stable id of a finding on a window."""
+    return _digest("v1", int(window_start_ns), int(window_end_ns), *key)
+
+
+def incident_id(key: tuple) -> str:
+    """Stable id of a finding across windows."""
+    return _digest("i1", *key)
+
+
+_encoder = msgspec.json.Encoder()
+_list_decoder = msgspec.json.Decoder(list[Verdict])
+_one_decoder = msgspec.json.Decoder(Verdict)
+
+
+def encode_verdicts(verdicts: list[Verdict]) -> bytes:
+    return _encoder.encode(verdicts)
+
+
+def encode_verdict(verdict: Verdict) -> bytes:
+    return _encoder.encode(verdict)
+
+
+def decode_verdicts(data: bytes) -> list[Verdict]:
+    return _list_decoder.decode(data)
+
+
+def decode_verdict(data: bytes) -> Verdict:
+    return _one_decoder.decode(data)

@@ -1,0 +1,1 @@
+"""Kafka-protocol broker fixtures (tansu here, testcontainers when Docker is reachable)."""
