@@ -12,4 +12,20 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 pytest_plugins = ["kafka_fixtures", "clickhouse_fixtures"]
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+import os
+
+
+def _shared_dir() -> Path:
+    """``../shared`` beside the checkout (the project's real data and spec).
+
+    EROICA_SHARED overrides it; a clone elsewhere (CI's clean checkout under
+    /tmp) falls back to the workplace's /work/shared.
+    """
+    env = os.environ.get("EROICA_SHARED")
+    if env:
+        return Path(env)
+    beside = Path(__file__).resolve().parents[2] / "shared"
+    return beside if beside.is_dir() else Path("/work/shared")
+
+
+SHARED = _shared_dir()
