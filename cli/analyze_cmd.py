@@ -1,0 +1,92 @@
+"""``eroica analyze``: run the detection core over contract JSON Lines files."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Iterator
+
+import click
+
+from eroica.models.reader import Batch, Invalid, read_batches
+from eroica.models.verdict import Verdict, encode_verdicts
+
+from .main import EXIT_NO_VALID_RECORD
+
+SHOWN_REASONS = 5
+
+
+class _Tally:
+    """Counts what the reader saw, keeping only the first few reasons (bounded memory)."""
+
+    def __init__(self) -> None:
+        self.valid = 0
+        self.invalid = 0
+        self.first: list[Invalid] = []
+
+    def watch(self, paths: tuple[str, ...]) -> Iterator[Batch]:
+        for path in paths:
+            for batch in read_batches(path):
+                self.valid += batch.valid_count
+                self.invalid += len(batch.invalid)
+                room = SHOWN_REASONS - len(self.first)
+                if room > 0:
+                    self.first.extend(batch.invalid[:room])
+                yield batch
+
+
+def render_table(verdicts: list[Verdict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not verdicts:
+        console.print("no verdict: no rank, node or link behaves abnormally")
+        return
+    table = Table(show_lines=True)
+    for col in ("window", "kind", "component", "scope", "culprit", "slowdown", "conf", "summary"):
+        table.add_column(col, overflow="fold")
+    for v in verdicts:
+        culprit = f"rank {v.rank}" if v.scope == "rank" else v.node if v.scope == "node" else "job"
+        table.add_row(
+            time.strftime("%H:%M:%S", time.gmtime(v.window_start_ns / 1e9)), v.kind, v.component, v.scope,
+            culprit, f"{v.slowdown:.2f}x", f"{v.confidence:.2f}", v.summary,
+        )
+    console.print(table)
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True)
+@click.option("--window", "window_s", type=click.FloatRange(min=1.0), default=30.0, show_default=True,
+              help="Window length in seconds (windows are aligned to the epoch).")
+def analyze(files: tuple[str, ...], fmt: str, window_s: float) -> None:
+    """Analyse contract JSON Lines FILES (plain, gzip, or - for stdin) and print verdicts.
+
+    \b
+    Examples:
+      eroica analyze run.jsonl
+      eroica analyze run.jsonl.gz --format json > verdicts.json
+      cat run.jsonl | eroica analyze - --window 20
+
+    Invalid records are counted and the first reasons shown on stderr; they
+    never stop the analysis. Exits 3 when no input record is valid.
+    """
+    from eroica.streams.detection import analyze as run
+
+    for f in files:
+        if f != "-" and not click.Path(exists=True, dir_okay=False).convert(f, None, None):
+            raise click.UsageError(f"no such file: {f}")
+    tally = _Tally()
+    verdicts = list(run(tally.watch(files), int(window_s * 1e9), detected_at_ns=time.time_ns()))
+    if tally.invalid:
+        click.echo(f"eroica: {tally.invalid} invalid record(s) skipped; first reasons:", err=True)
+        for inv in tally.first:
+            click.echo(f"  {inv.describe()}", err=True)
+    if tally.valid == 0:
+        click.echo("eroica: no valid record in the input; nothing to analyse", err=True)
+        sys.exit(EXIT_NO_VALID_RECORD)
+    if fmt == "json":
+        sys.stdout.buffer.write(encode_verdicts(verdicts) + b"\n")
+    else:
+        render_table(verdicts)

@@ -1,0 +1,124 @@
+"""Hardware counters summarised per window: what attribution reads.
+
+Rates and levels are medians over the window's samples (robust to one odd
+sample); cumulative error counters become their increase over the window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from eroica.models.columns import Columns
+
+from .grouping import dense_ids, group_max, group_min, group_quantiles
+
+# NVML clock-event reasons that mean "slowed down", not "idle" or "app clocks":
+# SW power cap 0x4, HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, power brake 0x80.
+THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+NIC_ERRORS = ("symbol_errors", "rx_errors", "link_downed", "tx_discards", "retransmits")
+NIC_CONGESTION = ("cnp_sent", "xmit_wait")
+
+
+@dataclass
+class CounterSummary:
+    """Per-rank GPU, per-NIC and per-node host summaries: name -> {key: value}."""
+
+    gpu: dict[int, dict[str, float]] = field(default_factory=dict)        # rank -> metrics
+    gpu_index: dict[int, int] = field(default_factory=dict)               # rank -> GPU index
+    nic: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)  # (node, nic) -> metrics
+    host: dict[str, dict[str, float]] = field(default_factory=dict)       # node -> metrics
+
+
+def _medians(ids: np.ndarray, n: int, cols: Columns, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    out = {}
+    for name in names:
+        v = cols.arrays[name]
+        ok = ~np.isnan(v)
+        out[name] = group_quantiles(ids[ok], v[ok], n, (0.5,))[0] if ok.any() else np.full(n, np.nan)
+    return out
+
+
+def _increase(ids: np.ndarray, n: int, v: np.ndarray) -> np.ndarray:
+    ok = ~np.isnan(v)
+    if not ok.any():
+        return np.full(n, np.nan)
+    return group_max(ids[ok], v[ok], n) - group_min(ids[ok], v[ok], n)
+
+
+def summarise_gpu(gpu: Columns) -> tuple[dict[int, dict[str, float]], dict[int, int]]:
+    a = gpu.arrays
+    ids, n, first = dense_ids(a["rank"])
+    med = _medians(ids, n, gpu, (
+        "sm_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w", "temp_c", "sm_util_pct",
+        "mem_util_pct", "pcie_gen", "max_pcie_gen", "pcie_width", "max_pcie_width", "pcie_tx_Bps",
+        "pcie_rx_Bps", "nvlink_tx_Bps", "nvlink_rx_Bps",
+    ))
+    tr = a["throttle_reasons"]
+    has_tr = ~np.isnan(tr)
+    throttled = np.where(has_tr, (np.nan_to_num(tr).astype(np.int64) & THROTTLE_MASK) != 0, False)
+    thr_share = np.bincount(ids, weights=throttled.astype(float), minlength=n) / np.maximum(
+        np.bincount(ids, weights=has_tr.astype(float), minlength=n), 1)
+    thr_share[np.bincount(ids, weights=has_tr.astype(float), minlength=n) == 0] = np.nan
+    ecc = _increase(ids, n, a["ecc_uncorrected"])
+    xid = group_max(ids, np.nan_to_num(a["xid"]), n)
+    out: dict[int, dict[str, float]] = {}
+    index: dict[int, int] = {}
+    for i in range(n):
+        rank = int(a["rank"][first[i]])
+        m = {k: float(v[i]) for k, v in med.items()}
+        m["throttle_share"] = float(thr_share[i])
+        m["ecc_increase"] = float(ecc[i])
+        m["xid"] = float(xid[i])
+        if m["max_sm_clock_mhz"] > 0:
+            m["clock_ratio"] = m["sm_clock_mhz"] / m["max_sm_clock_mhz"]
+        out[rank] = m
+        index[rank] = int(a["gpu"][first[i]])
+    return out, index
+
+
+def summarise_nic(nic: Columns) -> dict[tuple[str, str], dict[str, float]]:
+    a = nic.arrays
+    ids, n, first = dense_ids(a["node"], a["nic"])
+    med = _medians(ids, n, nic, ("tx_Bps", "rx_Bps", "link_gbps"))
+    tput = np.nan_to_num(a["tx_Bps"]) + np.nan_to_num(a["rx_Bps"])
+    has_t = ~(np.isnan(a["tx_Bps"]) & np.isnan(a["rx_Bps"]))
+    cnt = np.bincount(ids, weights=has_t.astype(float), minlength=n)
+    mean = np.bincount(ids, weights=np.where(has_t, tput, 0), minlength=n) / np.maximum(cnt, 1)
+    sq = np.bincount(ids, weights=np.where(has_t, tput ** 2, 0), minlength=n) / np.maximum(cnt, 1)
+    cv = np.sqrt(np.maximum(sq - mean ** 2, 0)) / np.maximum(mean, 1e-9)
+    zero_share = np.bincount(ids, weights=(has_t & (tput <= 0)).astype(float), minlength=n) / np.maximum(cnt, 1)
+    down = group_min(ids, np.where(np.isnan(a["link_up"]), 1.0, a["link_up"]), n)
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    incs = {name: _increase(ids, n, a[name]) for name in NIC_ERRORS + NIC_CONGESTION}
+    for i in range(n):
+        key = (nic.vocab["node"][int(a["node"][first[i]])], nic.vocab["nic"][int(a["nic"][first[i]])])
+        m = {k: float(v[i]) for k, v in med.items()}
+        m.update(throughput_Bps=float(mean[i]), throughput_cv=float(cv[i]), zero_share=float(zero_share[i]),
+                 link_up_min=float(down[i]))
+        m.update({f"{name}_inc": float(v[i]) for name, v in incs.items()})
+        out[key] = m
+    return out
+
+
+def summarise_host(host: Columns) -> dict[str, dict[str, float]]:
+    a = host.arrays
+    ids, n, first = dense_ids(a["node"])
+    med = _medians(ids, n, host, ("cpu_util_pct", "load1", "iowait_pct", "mem_used_pct", "steal_pct"))
+    return {
+        host.vocab["node"][int(a["node"][first[i]])]: {k: float(v[i]) for k, v in med.items()}
+        for i in range(n)
+    }
+
+
+def summarise(gpu: Columns | None, nic: Columns | None, host: Columns | None) -> CounterSummary:
+    s = CounterSummary()
+    if gpu is not None and len(gpu):
+        s.gpu, s.gpu_index = summarise_gpu(gpu)
+    if nic is not None and len(nic):
+        s.nic = summarise_nic(nic)
+    if host is not None and len(host):
+        s.host = summarise_host(host)
+    return s

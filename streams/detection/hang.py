@@ -1,0 +1,72 @@
+"""Hangs: no progress for several step times, everyone but the culprit waiting in a collective.
+
+Collectors dump still-running functions with ``in_flight: true`` (at a hang or
+shutdown). A rank stuck in a non-collective function is the culprit; when every
+dumped function is a collective, the ranks *missing* from the collective are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eroica.models.columns import Columns
+from eroica.models.records import FN_KINDS
+
+from .findings import Finding
+from .patterns import K_COLL
+
+HANG_STEPS = 3.0          # no progress for this many usual step times
+HANG_FLOOR_NS = 30 * 10**9  # without a known step time, half a minute
+
+_COMPONENT_OF_KIND = {
+    "kernel": "gpu", "memcpy": "pcie", "dataloader": "dataloader", "io": "storage",
+    "python": "python", "optimizer": "python", "other": "python", "collective": "network",
+}
+
+
+def hang_findings(fn: Columns, step_ns: float, rank_node: dict[int, str]) -> list[Finding]:
+    a = fn.arrays
+    inf = a["in_flight"]
+    if not inf.any():
+        return []
+    limit = HANG_STEPS * step_ns if np.isfinite(step_ns) and step_ns > 0 else HANG_FLOOR_NS
+    sel = inf & (a["dur_ns"] >= limit)
+    if not sel.any():
+        return []
+    ranks, kinds, durs = a["rank"][sel], a["kind"][sel], a["dur_ns"][sel]
+    fns = a["fn"][sel]
+    waiting = set(ranks[kinds == K_COLL].tolist())
+    stuck_rows = np.flatnonzero(kinds != K_COLL)
+    all_ranks = set(np.unique(a["rank"]).tolist())
+    findings: list[Finding] = []
+    culprits: dict[int, tuple[str, str, float]] = {}
+    for i in stuck_rows:
+        r = int(ranks[i])
+        if r in waiting:
+            continue  # a rank waiting in a collective is a victim, whatever else it dumped
+        if r not in culprits or durs[i] > culprits[r][2]:
+            culprits[r] = (fn.vocab["fn"][int(fns[i])], FN_KINDS[int(kinds[i])], float(durs[i]))
+    if not culprits and waiting:
+        missing = sorted(all_ranks - waiting)
+        if 0 < len(missing) <= max(1, len(all_ranks) // 2):
+            for r in missing:
+                rows = np.flatnonzero(a["rank"] == r)
+                last = rows[np.argmax(a["ts_ns"][rows] + a["dur_ns"][rows])]
+                culprits[r] = (fn.vocab["fn"][int(a["fn"][last])], FN_KINDS[int(a["kind"][last])], float("nan"))
+    victims = sorted(waiting - set(culprits))
+    wait_s = float(np.median(durs[kinds == K_COLL])) / 1e9 if (kinds == K_COLL).any() else float("nan")
+    for r, (name, kind, dur) in culprits.items():
+        stuck_s = dur / 1e9 if np.isfinite(dur) else wait_s
+        findings.append(Finding(
+            kind="hang", component=_COMPONENT_OF_KIND.get(kind, "python"), scope="rank",
+            node=rank_node.get(r, ""), rank=r, fn=name,
+            slowdown=float(max(1.0, (stuck_s * 1e9) / step_ns)) if np.isfinite(step_ns) and step_ns > 0 else 1.0,
+            score=float(len(victims)), confidence=0.95 if victims else 0.6,
+            peers=sorted(all_ranks - {r}), victims=victims, culprits=[r],
+            evidence={"stuck_s": {"culprit": round(stuck_s, 3)},
+                      "waiting_in_collective": {"ranks": len(victims), "median_wait_s": round(wait_s, 3)},
+                      "usual_step_s": {"value": round(step_ns / 1e9, 3) if np.isfinite(step_ns) else None}},
+            summary=(f"rank {r} on {rank_node.get(r, '?')}: stuck in {name} ({kind}) for {stuck_s:.1f}s; "
+                     f"{len(victims)} ranks wait in a collective"),
+        ))
+    return findings

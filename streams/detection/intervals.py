@@ -1,0 +1,64 @@
+"""Interval arithmetic for the critical path, vectorised over all ranks at once.
+
+Each instant of a rank's timeline is credited to one activity, by priority
+(GPU compute > memory op > collective > host): an event's *exclusive* time is
+the part of it not covered by any higher-priority event on the same rank.
+Ranks are laid end to end on one axis (``rank_slot * span``) so a single
+sort / ``searchsorted`` serves every rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as disjoint, sorted intervals."""
+    if starts.size == 0:
+        return starts.astype(np.int64), ends.astype(np.int64)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    group = np.cumsum(new) - 1
+    ms = s[new]
+    me = np.zeros(ms.size, dtype=np.int64)
+    np.maximum.at(me, group, e)
+    return ms, me
+
+
+def covered(hs: np.ndarray, he: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Length of ``[a, b)`` covered by the disjoint sorted intervals ``(hs, he)``."""
+    if hs.size == 0:
+        return np.zeros(a.shape, dtype=np.int64)
+    lengths = he - hs
+    cum = np.concatenate(([0], np.cumsum(lengths)))
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        j = np.searchsorted(hs, t, side="right") - 1
+        jj = np.clip(j, 0, None)
+        part = np.clip(t - hs[jj], 0, lengths[jj])
+        return np.where(j >= 0, cum[jj] + part, 0)
+
+    return upto(b) - upto(a)
+
+
+def exclusive_time(
+    slot: np.ndarray, start: np.ndarray, end: np.ndarray, level: np.ndarray, span: int
+) -> np.ndarray:
+    """Per event, its time not covered by higher-priority (lower ``level``) events on its slot.
+
+    ``start``/``end`` are relative to a common origin and lie in ``[0, span)``.
+    """
+    off = slot.astype(np.int64) * np.int64(span)
+    s = start.astype(np.int64) + off
+    e = end.astype(np.int64) + off
+    out = np.zeros(s.size, dtype=np.int64)
+    hs = np.empty(0, dtype=np.int64)
+    he = np.empty(0, dtype=np.int64)
+    for lvl in np.unique(level):
+        idx = np.flatnonzero(level == lvl)
+        out[idx] = (e[idx] - s[idx]) - covered(hs, he, s[idx], e[idx])
+        hs, he = merge(np.concatenate((hs, s[idx])), np.concatenate((he, e[idx])))
+    return out

@@ -1,0 +1,86 @@
+"""The peer test: the same function on ranks of the same role, compared robustly.
+
+For every non-collective function and every role (pipeline stage) we compare
+each rank's per-step cost with the median of the *other* ranks. A cell is
+abnormal when it is clearly slower (ratio), significantly so (robust z) and
+the difference matters for the step (material share). Collectives are never
+compared this way: their duration measures waiting, which points at victims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .patterns import K_COLL, K_IO, K_KERNEL, K_LOADER, K_MEMCPY, Patterns
+from .robust import leave_one_out_median, robust_z
+
+MIN_PEERS = 4        # fewer ranks in a role cannot tell an outlier from a pair
+MIN_RATIO = 1.10     # 10% slower than the peers' median
+MIN_Z = 5.0          # k = 5 MADs, as in the paper
+MIN_MATERIAL = 0.01  # the function costs >= 1% of the step more than on peers (paper: beta > 0.01)
+
+CATEGORIES = ("kernel", "memcpy", "loader", "host")
+
+
+def category_of(kind: int) -> str:
+    if kind == K_KERNEL:
+        return "kernel"
+    if kind == K_MEMCPY:
+        return "memcpy"
+    if kind in (K_LOADER, K_IO):
+        return "loader"
+    return "host"
+
+
+@dataclass
+class Cell:
+    """One abnormal (rank, function)."""
+
+    slot: int
+    fn: int
+    value: float
+    peer_median: float
+    ratio: float
+    z: float
+    excess: float   # ns per step
+    n_peers: int
+
+
+def abnormal_cells(p: Patterns, roles: dict[int, np.ndarray]) -> list[Cell]:
+    step = float(np.nanmedian(p.step_time_ns)) if p.step_time_ns.size else 0.0
+    cells: list[Cell] = []
+    if step <= 0:
+        return cells
+    metric = p.per_step_ns
+    for members in roles.values():
+        if members.size < MIN_PEERS:
+            continue
+        for f in range(metric.shape[1]):
+            if p.fn_kinds[f] == K_COLL:
+                continue
+            col = metric[members, f]
+            ok = np.isfinite(col)
+            if ok.sum() < MIN_PEERS:
+                continue
+            x = col[ok]
+            loo = leave_one_out_median(x)
+            z, _, _ = robust_z(x)
+            ratio = x / np.maximum(loo, 1.0)
+            excess = x - loo
+            hit = (ratio >= MIN_RATIO) & (z >= MIN_Z) & (excess >= MIN_MATERIAL * step)
+            for i in np.flatnonzero(hit):
+                cells.append(Cell(int(members[ok][i]), f, float(x[i]), float(loo[i]), float(ratio[i]),
+                                  float(z[i]), float(excess[i]), int(ok.sum() - 1)))
+    return cells
+
+
+def role_ratio(p: Patterns, members: np.ndarray, fns: np.ndarray, slot: int) -> float:
+    """Slowdown of ``slot`` over its role on a set of functions (sum of per-step costs)."""
+    if fns.size == 0:
+        return 1.0
+    m = np.nan_to_num(p.per_step_ns[np.ix_(members, fns)])
+    mine = m[members == slot].sum()
+    others = np.median(m[members != slot].sum(axis=1)) if members.size > 1 else np.nan
+    return float(mine / others) if others and np.isfinite(others) and others > 0 else 1.0

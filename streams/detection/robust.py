@@ -1,0 +1,52 @@
+"""Robust statistics: the median / MAD vocabulary of every peer comparison.
+
+Means and standard deviations are dragged by the very outlier we look for;
+the median and the median absolute deviation are not (breakdown point 50%).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its sigma
+
+
+def robust_z(values: np.ndarray, rel_floor: float = 0.02) -> tuple[np.ndarray, float, float]:
+    """z-scores against the median, scaled by MAD.
+
+    ``rel_floor`` bounds the scale below by a share of the median: when peers
+    agree almost perfectly (MAD ~ 0, common in lock-step training) a 1% wobble
+    must not become a z of 100.
+    Returns (z, median, scale).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return values, float("nan"), float("nan")
+    med = float(np.median(values))
+    mad = float(np.median(np.abs(values - med))) * MAD_TO_SIGMA
+    scale = max(mad, abs(med) * rel_floor, 1e-12)
+    return (values - med) / scale, med, scale
+
+
+def leave_one_out_median(values: np.ndarray) -> np.ndarray:
+    """For each element, the median of the others (vectorised via sorted order).
+
+    Comparing a rank with a median that includes itself understates its
+    deviation when peers are few (8 ranks of a node, 2 of a stage).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    n = values.size
+    if n <= 1:
+        return np.full(n, np.nan)
+    order = np.argsort(values, kind="stable")
+    s = values[order]
+    m = n - 1  # size of the remaining set
+    # Median of s without position p: positions of the middle elements shift by one when p <= mid.
+    lo_idx, hi_idx = (m - 1) // 2, m // 2
+    pos = np.arange(n)
+    def pick(k: int) -> np.ndarray:
+        return np.where(pos <= k, s[min(k + 1, n - 1)], s[k])
+    med_sorted = 0.5 * (pick(lo_idx) + pick(hi_idx))
+    out = np.empty(n)
+    out[order] = med_sorted
+    return out

@@ -1,0 +1,104 @@
+"""Cut the record stream into (job, window) pieces on event time.
+
+Shared by ``eroica analyze`` and the streaming detector so both see the same
+windows: a window is ``[k * W, (k + 1) * W)`` in epoch nanoseconds, whatever
+the input order. A window is complete once the job's event-time watermark
+(largest timestamp seen) has passed its end by ``lateness_ns``; for input in
+time order this keeps only the open windows in memory, whatever the file size.
+No wall clock here: idle timeouts belong to the streaming shell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from eroica.models.columns import Columns, concat
+from eroica.models.records import JobRecord
+
+COUNTER_TYPES = ("gpu", "nic", "host")
+TYPES = ("fn",) + COUNTER_TYPES
+
+
+@dataclass
+class JobWindow:
+    """Everything known about one job in one window."""
+
+    job: str
+    start_ns: int
+    end_ns: int
+    columns: dict[str, Columns]
+    meta: JobRecord | None = None
+
+    def get(self, type_: str) -> Columns | None:
+        return self.columns.get(type_)
+
+
+def split(cols: Columns, window_ns: int) -> dict[tuple[str, int], Columns]:
+    """Split a batch by (job, window index) with one grouping pass."""
+    if not len(cols):
+        return {}
+    win = cols.arrays["ts_ns"] // window_ns
+    job = cols.arrays["job"].astype(np.int64)
+    key = job * (1 << 40) + (win - win.min())
+    uniq, inverse = np.unique(key, return_inverse=True)
+    out: dict[tuple[str, int], Columns] = {}
+    base = int(win.min())
+    if uniq.size == 1:
+        return {(cols.vocab["job"][int(job[0])], int(win[0])): cols}
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(uniq.size + 1))
+    for g, k in enumerate(uniq):
+        idx = order[bounds[g]:bounds[g + 1]]
+        out[(cols.vocab["job"][int(k >> 40)], base + int(k & ((1 << 40) - 1)))] = cols.take(idx)
+    return out
+
+
+@dataclass
+class WindowAssembler:
+    """Buffers records per (job, window) and releases windows once complete."""
+
+    window_ns: int
+    lateness_ns: int = 0
+    _parts: dict[tuple[str, int], dict[str, list[Columns]]] = field(default_factory=dict)
+    _watermark: dict[str, int] = field(default_factory=dict)
+    _meta: dict[str, JobRecord] = field(default_factory=dict)
+    _closed: dict[str, int] = field(default_factory=dict)  # job -> highest window index emitted
+    late_records: int = 0
+
+    def add_meta(self, job: JobRecord) -> None:
+        self._meta[job.job] = job
+
+    def add(self, cols: Columns) -> None:
+        for (job, win), part in split(cols, self.window_ns).items():
+            if win <= self._closed.get(job, -1):
+                self.late_records += len(part)  # its window was already analysed
+                continue
+            self._parts.setdefault((job, win), {}).setdefault(cols.type, []).append(part)
+            hi = int(part.arrays["ts_ns"].max())
+            if hi > self._watermark.get(job, -1):
+                self._watermark[job] = hi
+
+    def complete(self) -> list[JobWindow]:
+        """Windows whose end the watermark has passed by ``lateness_ns``, oldest first."""
+        ready = [
+            k for k in self._parts
+            if (k[1] + 1) * self.window_ns + self.lateness_ns <= self._watermark.get(k[0], -1)
+        ]
+        return [self._release(k) for k in sorted(ready, key=lambda k: (k[0], k[1]))]
+
+    def flush(self, job: str | None = None) -> list[JobWindow]:
+        """Every buffered window (of one job, or all): end of input."""
+        keys = sorted(k for k in self._parts if job is None or k[0] == job)
+        return [self._release(k) for k in keys]
+
+    def pending_jobs(self) -> list[str]:
+        return sorted({k[0] for k in self._parts})
+
+    def _release(self, key: tuple[str, int]) -> JobWindow:
+        job, win = key
+        parts = self._parts.pop(key)
+        self._closed[job] = max(self._closed.get(job, -1), win)
+        columns = {t: concat(p) for t, p in parts.items()}
+        return JobWindow(job, win * self.window_ns, (win + 1) * self.window_ns, columns, self._meta.get(job))

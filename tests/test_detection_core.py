@@ -1,0 +1,130 @@
+"""The detection core on small hand-built arrays: no simulator, no I/O."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from eroica.models.columns import from_records
+from eroica.models.records import FnRecord, GpuRecord, HostRecord
+from eroica.streams.detection import detect_window
+from eroica.streams.detection.grouping import dense_ids, group_quantiles
+from eroica.streams.detection.intervals import exclusive_time, merge
+from eroica.streams.detection.robust import leave_one_out_median, robust_z
+from eroica.streams.detection.windows import JobWindow, WindowAssembler
+
+MS = 1_000_000
+T0 = 1_000_000_000_000_000_000  # window-aligned origin for a 100 s window
+
+
+def test_merge_and_exclusive_time_by_priority():
+    s, e = merge(np.array([0, 5, 20]), np.array([10, 12, 30]))
+    assert s.tolist() == [0, 20] and e.tolist() == [12, 30]
+    # rank 0: kernel [0,10), collective [5,20), python [0,30): python gets only [20,30)
+    slot = np.array([0, 0, 0, 1])
+    start = np.array([0, 5, 0, 0])
+    end = np.array([10, 20, 30, 7])
+    level = np.array([0, 2, 3, 3])
+    excl = exclusive_time(slot, start, end, level, span=100)
+    assert excl.tolist() == [10, 10, 10, 7]  # rank 1's python is alone: all of it
+
+
+def test_robust_statistics():
+    x = np.array([10.0, 10.2, 9.9, 10.1, 30.0])
+    z, med, _ = robust_z(x)
+    assert med == pytest.approx(10.1)
+    assert z[-1] > 5 and np.all(np.abs(z[:-1]) < 2)
+    loo = leave_one_out_median(x)
+    for i in range(x.size):
+        assert loo[i] == pytest.approx(np.median(np.delete(x, i)))
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 8])
+def test_leave_one_out_median_matches_definition(n):
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=n)
+    loo = leave_one_out_median(x)
+    assert np.allclose(loo, [np.median(np.delete(x, i)) for i in range(n)])
+
+
+def test_group_quantiles():
+    ids, n, _ = dense_ids(np.array([1, 1, 1, 2, 2]))
+    q = group_quantiles(ids, np.array([3.0, 1.0, 2.0, 10.0, 20.0]), n, (0.5, 1.0))
+    assert q[0].tolist() == [2.0, 20.0] or q[0].tolist() == [2.0, 10.0]
+    assert q[1].tolist() == [3.0, 20.0]
+
+
+def _job(slow_rank: int | None = None, factor: float = 1.5, loader_node: str | None = None,
+         ranks: int = 8, per_node: int = 4, steps: int = 10, throttle: bool = True):
+    """A lock-step job: loader, GEMM, all-reduce over all ranks, per step."""
+    rng = np.random.default_rng(0)
+    fns, gpus, hosts = [], [], []
+    t = T0
+    for step in range(steps):
+        arrivals = {}
+        for r in range(ranks):
+            node = f"n{r // per_node}"
+            load = 20 * MS * (4.0 if loader_node == node else 1.0)
+            k = 100 * MS * (factor if r == slow_rank else 1.0) * rng.uniform(0.99, 1.01)
+            fns.append(FnRecord(job="j", node=node, rank=r, step=step, fn="DataLoader.__next__",
+                                kind="dataloader", ts_ns=t, dur_ns=int(load)))
+            fns.append(FnRecord(job="j", node=node, rank=r, step=step, fn="sm90_xmma_gemm", kind="kernel",
+                                ts_ns=int(t + load), dur_ns=int(k)))
+            arrivals[r] = int(t + load + k)
+        end = max(arrivals.values()) + 10 * MS
+        for r, a in arrivals.items():
+            fns.append(FnRecord(job="j", node=f"n{r // per_node}", rank=r, step=step, fn="ncclAllReduce",
+                                kind="collective", ts_ns=a, dur_ns=end - a, op="all_reduce", group="dp",
+                                bytes=1 << 28))
+            throttled = throttle and r == slow_rank
+            gpus.append(GpuRecord(job="j", node=f"n{r // per_node}", rank=r, gpu=r % per_node, ts_ns=t,
+                                  sm_clock_mhz=1400.0 if throttled else 1980.0, max_sm_clock_mhz=1980.0,
+                                  throttle_reasons=0x20 if throttled else 0))
+        for n in range(ranks // per_node):
+            hosts.append(HostRecord(job="j", node=f"n{n}", ts_ns=t, cpu_util_pct=30.0, iowait_pct=1.0))
+        t = end + 1 * MS
+    cols = {"fn": from_records("fn", fns), "gpu": from_records("gpu", gpus), "host": from_records("host", hosts)}
+    return JobWindow("j", T0, T0 + 100 * 10**9, cols)
+
+
+def test_healthy_job_has_no_verdict():
+    assert detect_window(_job()) == []
+
+
+def test_throttled_gpu_is_named_and_victims_are_not():
+    verdicts = detect_window(_job(slow_rank=5))
+    assert len(verdicts) == 1
+    v = verdicts[0]
+    assert (v.component, v.scope, v.rank, v.node, v.gpu) == ("gpu", "rank", 5, "n1", 1)
+    assert 5 not in v.victims and sorted(v.victims) == [0, 1, 2, 3, 4, 6, 7]
+    assert v.slowdown == pytest.approx(1.5, rel=0.05)
+    assert "sm_clock_mhz" in v.evidence
+
+
+def test_more_work_with_normal_clocks_is_workload():
+    (v,) = detect_window(_job(slow_rank=2, throttle=False))
+    assert (v.component, v.rank) == ("workload", 2)
+
+
+def test_slow_loader_on_a_node_is_node_scope():
+    (v,) = detect_window(_job(loader_node="n1", ranks=16))
+    assert (v.component, v.scope, v.node, v.rank) == ("dataloader", "node", "n1", -1)
+    assert set(v.victims) == set(range(16)) - {4, 5, 6, 7}
+
+
+def test_verdict_ids_are_stable():
+    a = detect_window(_job(slow_rank=5), detected_at_ns=1)
+    b = detect_window(_job(slow_rank=5), detected_at_ns=2)
+    assert [v.verdict_id for v in a] == [v.verdict_id for v in b]
+    assert a[0].incident_id and a[0].verdict_id != a[0].incident_id
+
+
+def test_assembler_splits_jobs_and_windows_on_event_time():
+    w = _job(slow_rank=5)
+    asm = WindowAssembler(window_ns=5 * 10**9, lateness_ns=0)
+    asm.add(w.columns["fn"])
+    done = asm.complete()
+    rest = asm.flush()
+    assert all(x.end_ns - x.start_ns == 5 * 10**9 for x in done + rest)
+    assert sum(len(x.columns["fn"]) for x in done + rest) == len(w.columns["fn"])
+    assert all(x.start_ns % (5 * 10**9) == 0 for x in done + rest)
