@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import io
 import sys
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -69,7 +70,10 @@ def reason_of(error: Exception, raw: bytes) -> str:
 
 
 def open_source(path: str | Path) -> tuple[BinaryIO, str]:
-    """Open a path (``-`` for stdin), transparently gunzipping by magic number."""
+    """Open a path (``-`` for stdin), transparently gunzipping by magic number.
+
+    Closing the returned stream closes the file it reads (never stdin).
+    """
     if str(path) == "-":
         raw: BinaryIO = sys.stdin.buffer
         name = "<stdin>"
@@ -78,7 +82,11 @@ def open_source(path: str | Path) -> tuple[BinaryIO, str]:
         name = str(path)
     buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
     if buffered.peek(2)[:2] == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=buffered, mode="rb"), name  # type: ignore[return-value]
+        gz = gzip.GzipFile(fileobj=buffered, mode="rb")
+        if raw is not sys.stdin.buffer:
+            # GzipFile never closes a fileobj it was given: hand it the file.
+            gz.myfileobj = buffered  # type: ignore[attr-defined]
+        return gz, name  # type: ignore[return-value]
     return buffered, name
 
 
@@ -87,8 +95,12 @@ def iter_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Iter
     carry = b""
     skipping = False
     lineno = 0
+    # read1: whatever one underlying read gives (at most CHUNK_BYTES), so a
+    # pipe's lines flow as they come and a truncated gzip gives up everything
+    # it decoded before the error (read() would block for, or drop, a chunk).
+    read = getattr(stream, "read1", stream.read)
     while True:
-        chunk = stream.read(CHUNK_BYTES)
+        chunk = read(CHUNK_BYTES)
         if not chunk:
             break
         parts = chunk.split(b"\n")
@@ -122,10 +134,23 @@ def read_batches(
 ) -> Iterator[Batch]:
     """Read one file or stdin into :class:`Batch` objects of bounded size."""
     stream, name = open_source(path)
+    failure: list[Invalid] = []
+
+    def lines() -> Iterator[tuple[int, bytes | None]]:
+        # A read error (truncated or corrupt gzip, I/O error) ends the input
+        # here, inside the line iterator, so that parse_lines still flushes
+        # the records read before it instead of dropping its pending batch.
+        lineno = 0
+        try:
+            for lineno, line in iter_lines(stream, max_line_bytes):
+                yield lineno, line
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+            failure.append(Invalid(name, lineno + 1, f"unreadable input: {exc}", b""))
+
     try:
-        yield from parse_lines(iter_lines(stream, max_line_bytes), name, batch_records, max_line_bytes)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:  # truncated or corrupt gzip
-        yield Batch(invalid=[Invalid(name, -1, f"unreadable input: {exc}", b"")])
+        yield from parse_lines(lines(), name, batch_records, max_line_bytes)
+        if failure:
+            yield Batch(invalid=failure)
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
@@ -137,7 +162,11 @@ def parse_lines(
     batch_records: int = DEFAULT_BATCH,
     max_line_bytes: int = DEFAULT_MAX_LINE,
 ) -> Iterator[Batch]:
-    """Validate numbered lines into batches; shared by files, stdin and Kafka ingest."""
+    """Validate numbered lines into batches; shared by files, stdin and Kafka ingest.
+
+    A batch holds at most ``batch_records`` lines, valid and invalid together,
+    so memory stays bounded even on input that is all rejects.
+    """
     by_type: dict[str, list] = {"fn": [], "gpu": [], "nic": [], "host": []}
     jobs: list[JobRecord] = []
     invalid: list[Invalid] = []
@@ -146,20 +175,20 @@ def parse_lines(
     for lineno, raw in lines:
         if raw is None:
             invalid.append(Invalid(source, lineno, f"line longer than {max_line_bytes} bytes", b""))
+        elif not raw.strip():
             continue
-        if not raw.strip():
-            continue
-        try:
-            rec = decode(raw)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            invalid.append(Invalid(source, lineno, reason_of(exc, raw), raw[:4096]))
-            continue
-        if type(rec) is JobRecord:
-            jobs.append(rec)
         else:
-            by_type[rec.__struct_config__.tag].append(rec)
-        pending += 1
-        if pending >= batch_records:
+            try:
+                rec = decode(raw)
+            except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+                invalid.append(Invalid(source, lineno, reason_of(exc, raw), raw[:4096]))
+            else:
+                if type(rec) is JobRecord:
+                    jobs.append(rec)
+                else:
+                    by_type[rec.__struct_config__.tag].append(rec)
+                pending += 1
+        if pending + len(invalid) >= batch_records:
             yield _flush(by_type, jobs, invalid)
             by_type = {k: [] for k in by_type}
             jobs, invalid, pending = [], [], 0

@@ -15,8 +15,17 @@ from typing import Annotated, Literal, Union
 import msgspec
 
 Str = Annotated[str, msgspec.Meta(max_length=256)]
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-Rank = Annotated[int, msgspec.Meta(ge=0)]
+# JSON integers are unbounded, but the columns are int64 / int32 arrays: an
+# integer that decoded but does not fit its column would crash the batch it is
+# in (OverflowError in numpy), taking every valid record of it down. So the
+# upper bounds are part of validation: times, sizes and counters are int64,
+# indices (rank, GPU, stream, port) and parallelism degrees are int32.
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+Index = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
+Rank = Index
+Degree = Annotated[int, msgspec.Meta(ge=1, le=INT32_MAX)]
 # Counters are only required to be finite numbers: the contract rejects wrong
 # types and non-finite values, not readings we find odd, so a collector that
 # reports e.g. a summed multi-core CPU percentage is not turned away.
@@ -48,7 +57,7 @@ class FnRecord(_Record, tag="fn"):
     bytes: NonNegInt | None = None
     op: CollectiveOp | None = None
     group: Str | None = None
-    stream: NonNegInt | None = None
+    stream: Index | None = None
     in_flight: bool = False
     # The contract bounds every string to 256 characters, stacks included:
     # collectors keep the innermost frames when a stack is deeper.
@@ -61,7 +70,7 @@ class GpuRecord(_Record, tag="gpu"):
     job: Str
     node: Str
     rank: Rank
-    gpu: NonNegInt
+    gpu: Index
     ts_ns: NonNegInt
     sm_util_pct: Pct | None = None
     mem_util_pct: Pct | None = None
@@ -92,7 +101,7 @@ class NicRecord(_Record, tag="nic"):
     node: Str
     nic: Str
     ts_ns: NonNegInt
-    port: NonNegInt | None = None
+    port: Index | None = None
     tx_Bps: NonNegFloat | None = None
     rx_Bps: NonNegFloat | None = None
     link_gbps: NonNegFloat | None = None
@@ -123,14 +132,14 @@ class JobRecord(_Record, tag="job"):
     """Job metadata: optional, improves attribution (roles, nodes, stages)."""
 
     job: Str
-    world_size: Annotated[int, msgspec.Meta(ge=1)]
+    world_size: Degree
     ts_ns: NonNegInt | None = None
     rank_nodes: list[Str] | None = None
     rank_stages: list[NonNegInt] | None = None
     rank_dp: list[NonNegInt] | None = None
-    dp: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    tp: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    pp: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    dp: Degree | None = None
+    tp: Degree | None = None
+    pp: Degree | None = None
 
 
 Record = Union[FnRecord, GpuRecord, NicRecord, HostRecord, JobRecord]

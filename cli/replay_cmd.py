@@ -1,0 +1,77 @@
+"""``eroica replay``: send contract JSONL files to Kafka as a running job would.
+
+The summary goes to stderr so stdout stays free for pipes; the exit code says
+whether everything was delivered (see cli/main.py for the shared codes).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from eroica.cli.main import EXIT_NO_VALID_RECORD
+
+
+def _parse_rate(value: str) -> float | None:
+    if value.lower() == "max":
+        return None
+    try:
+        rate = float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a number of records/s nor 'max'") from None
+    if rate <= 0:
+        raise click.BadParameter("rate must be > 0 (or 'max')")
+    return rate
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option("--rate", default="max", show_default=True, metavar="N|max",
+              help="Records per second to replay at, or 'max' for as fast as the broker takes them.")
+@click.option("--kafka", "bootstrap", default=None, metavar="HOST:PORT",
+              help="Kafka bootstrap servers [default: $EROICA_KAFKA_BOOTSTRAP or 127.0.0.1:9092].")
+@click.option("--frame-records", type=click.IntRange(min=1), default=None,
+              help="Most records per frame [default: $EROICA_KAFKA_FRAME_RECORDS or 1000].")
+@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              metavar="SECONDS", help="Give up when the broker does not answer within this time.")
+def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, frame_records: int | None,
+           connect_timeout: float) -> None:
+    """Replay telemetry-v1 JSONL FILE(s) (gzip or '-' for stdin) onto Kafka as columnar frames.
+
+    Valid records go to the raw topic, invalid lines to the dead-letter topic,
+    and an end-of-stream marker per rank/node follows when all files are read.
+    """
+    from eroica.producers.kafka.config import KafkaConfig
+    from eroica.producers.kafka.replay import ReplayError, ReplayResult
+    from eroica.producers.kafka.replay import replay as run_replay
+
+    logging.basicConfig(level=logging.WARNING, format="eroica: %(message)s", stream=sys.stderr)
+    per_s = _parse_rate(rate)
+    try:
+        config = KafkaConfig.from_env(bootstrap=bootstrap, frame_records=frame_records)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    def summary(r: ReplayResult) -> str:
+        types = ", ".join(f"{t} {n}" for t, n in sorted(r.by_type.items())) or "none"
+        p = r.publisher
+        return (f"replayed {r.records} records ({types}) and {r.jobs} job records in {r.frames} frames "
+                f"to {config.raw_topic}; {r.invalid} invalid lines to {config.deadletter_topic}; "
+                f"{r.end_of_stream} end-of-stream markers; {p.delivered} messages delivered, "
+                f"{p.failed} failed; {r.seconds:.2f} s, {r.records_per_s:,.0f} records/s "
+                f"(broker {config.bootstrap})")
+
+    try:
+        result = run_replay(files, config, per_s, connect_timeout_s=connect_timeout)
+    except ReplayError as exc:
+        click.echo(f"eroica replay: {exc}", err=True)
+        click.echo(summary(exc.result), err=True)
+        sys.exit(1)
+    except OSError as exc:
+        click.echo(f"eroica replay: {exc}", err=True)
+        sys.exit(1)
+    click.echo(summary(result), err=True)
+    if result.records + result.jobs == 0:
+        sys.exit(EXIT_NO_VALID_RECORD)

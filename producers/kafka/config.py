@@ -1,0 +1,114 @@
+"""Where Eroica's Kafka topics are and how its producers batch and bound their queues.
+
+One frozen object passed everywhere, so a test can point a whole pipeline at
+fresh topic names with ``dataclasses.replace`` and a deployment can do the
+same with environment variables (read once, by :meth:`KafkaConfig.from_env`):
+
+==================================  ===================  ==========================================
+variable                            default              meaning
+==================================  ===================  ==========================================
+EROICA_KAFKA_BOOTSTRAP              127.0.0.1:9092       bootstrap servers (host:port[,host:port])
+EROICA_KAFKA_TOPIC_RAW              eroica.raw           columnar frames (models.frames)
+EROICA_KAFKA_TOPIC_INGEST           eroica.ingest        contract JSON lines sent by outside collectors
+EROICA_KAFKA_TOPIC_DEADLETTER       eroica.deadletter    rejected input, JSON {source,line,reason,raw}
+EROICA_KAFKA_TOPIC_SUMMARIES        eroica.summaries     per-window summaries (stream processors)
+EROICA_KAFKA_TOPIC_VERDICTS         eroica.verdicts      verdicts, one JSON object per message
+EROICA_KAFKA_PARTITIONS             8                    partitions of each topic we create
+EROICA_KAFKA_FRAME_RECORDS          1000                 most records in one frame
+EROICA_KAFKA_LINGER_MS              20                   producer linger (batching delay)
+EROICA_KAFKA_COMPRESSION            lz4                  producer compression (lz4, zstd, none...)
+EROICA_KAFKA_QUEUE_MAX_MESSAGES     10000                bound of the local producer queue, messages
+EROICA_KAFKA_QUEUE_MAX_KBYTES       65536                bound of the local producer queue, KiB
+EROICA_KAFKA_DELIVERY_TIMEOUT_MS    60000                a message not acknowledged by then fails
+==================================  ===================  ==========================================
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Mapping
+
+ENV_PREFIX = "EROICA_KAFKA_"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+# field name -> environment variable suffix
+_ENV_NAMES = {
+    "bootstrap": "BOOTSTRAP",
+    "raw_topic": "TOPIC_RAW",
+    "ingest_topic": "TOPIC_INGEST",
+    "deadletter_topic": "TOPIC_DEADLETTER",
+    "summaries_topic": "TOPIC_SUMMARIES",
+    "verdicts_topic": "TOPIC_VERDICTS",
+    "partitions": "PARTITIONS",
+    "frame_records": "FRAME_RECORDS",
+    "linger_ms": "LINGER_MS",
+    "compression": "COMPRESSION",
+    "queue_max_messages": "QUEUE_MAX_MESSAGES",
+    "queue_max_kbytes": "QUEUE_MAX_KBYTES",
+    "delivery_timeout_ms": "DELIVERY_TIMEOUT_MS",
+}
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """Broker address, topic names and producer tuning shared by Eroica's Kafka code."""
+
+    bootstrap: str = DEFAULT_BOOTSTRAP
+    raw_topic: str = "eroica.raw"
+    ingest_topic: str = "eroica.ingest"
+    deadletter_topic: str = "eroica.deadletter"
+    summaries_topic: str = "eroica.summaries"
+    verdicts_topic: str = "eroica.verdicts"
+    partitions: int = 8
+    frame_records: int = 1000
+    linger_ms: int = 20
+    compression: str = "lz4"
+    queue_max_messages: int = 10000
+    queue_max_kbytes: int = 65536
+    delivery_timeout_ms: int = 60000
+
+    def __post_init__(self) -> None:
+        for name in ("partitions", "frame_records", "queue_max_messages", "queue_max_kbytes",
+                     "delivery_timeout_ms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"KafkaConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.linger_ms < 0:
+            raise ValueError(f"KafkaConfig.linger_ms must be >= 0, got {self.linger_ms}")
+        if not self.bootstrap:
+            raise ValueError("KafkaConfig.bootstrap is empty")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> "KafkaConfig":
+        """Defaults, then ``EROICA_KAFKA_*`` variables, then explicit overrides (e.g. from a CLI flag).
+
+        A malformed number names its variable instead of failing deep inside librdkafka.
+        """
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        types = {f.name: f.type for f in fields(cls)}
+        for name, suffix in _ENV_NAMES.items():
+            raw = env.get(ENV_PREFIX + suffix)
+            if raw is None or raw == "":
+                continue
+            if types[name] in ("int", int):
+                try:
+                    values[name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"{ENV_PREFIX}{suffix}={raw!r} is not an integer") from None
+            else:
+                values[name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]
+
+    def with_topic_prefix(self, prefix: str) -> "KafkaConfig":
+        """The same config with every topic renamed ``<prefix>.<topic>`` (tests, side-by-side runs)."""
+        return replace(self, **{k: f"{prefix}.{getattr(self, k)}" for k in self.topic_fields()})
+
+    @staticmethod
+    def topic_fields() -> tuple[str, ...]:
+        return ("raw_topic", "ingest_topic", "deadletter_topic", "summaries_topic", "verdicts_topic")
+
+    def topics(self) -> dict[str, int]:
+        """Every topic with its partition count, for ``create_topics``."""
+        return {getattr(self, k): self.partitions for k in self.topic_fields()}

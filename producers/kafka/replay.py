@@ -1,0 +1,187 @@
+"""Replay contract JSONL files onto Kafka as columnar frames, as a live job would send them.
+
+Valid fn/gpu/nic/host records become frames on the raw topic (full ones:
+``framing.FrameAccumulator`` carries each key's remainder over to the next
+reader batch), job records travel as their own small job messages keyed by
+job (on whichever partition that key picks: not ordered with any rank's
+frames), invalid lines go to the dead-letter topic. When every file is read, one
+end-of-stream marker per key seen (each ``job/rank`` and ``job/node``) follows
+the data on its partition, so consumers know the input is complete without
+trusting end offsets (tansu reports them wrongly).
+
+Replay blocks on a full producer queue and never drops (see publisher.py);
+the first failed delivery aborts it with :class:`ReplayError`, because
+markers that claim completeness over missing frames would mislead every
+consumer downstream.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from eroica.models.frames import EndOfStream, encode_end_of_stream, encode_frame, encode_job
+from eroica.models.reader import DEFAULT_BATCH, read_batches
+from eroica.stack.tansu import BrokerError, create_topics, wait_for_broker
+
+from .config import KafkaConfig
+from .deadletter import publish_invalid
+from .framing import FrameAccumulator, FrameSlice
+from .publisher import FramePublisher, PublisherStats
+
+log = logging.getLogger(__name__)
+
+FLUSH_TIMEOUT_S = 60.0
+
+
+@dataclass
+class ReplayResult:
+    """What one replay sent (counts of records and of messages) and how long it took."""
+
+    records: int = 0  # valid fn/gpu/nic/host records framed
+    by_type: Counter = field(default_factory=Counter)
+    jobs: int = 0  # job records sent as job messages
+    invalid: int = 0  # lines sent to the dead-letter topic
+    frames: int = 0
+    end_of_stream: int = 0
+    seconds: float = 0.0
+    publisher: PublisherStats = field(default_factory=PublisherStats)
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+class ReplayError(RuntimeError):
+    """The replay could not deliver everything; ``result`` holds what it did send."""
+
+    def __init__(self, message: str, result: ReplayResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class _KeyState:
+    job: str
+    rank: int
+    node: str
+    records: int = 0
+    frames: int = 0
+
+
+class _Pacer:
+    """Holds the send rate to ``rate`` records/s by wall clock, one check per frame.
+
+    Sleeping is done in short polls so delivery reports keep flowing.
+    """
+
+    def __init__(self, rate: float | None, publisher: FramePublisher) -> None:
+        self.rate = rate if rate and rate > 0 else None
+        self.publisher = publisher
+        self.start = time.monotonic()
+        self.sent = 0
+
+    def after(self, records: int) -> None:
+        self.sent += records
+        if self.rate is None:
+            return
+        while True:
+            ahead = self.start + self.sent / self.rate - time.monotonic()
+            if ahead <= 0:
+                return
+            self.publisher.poll(min(ahead, 0.05))
+
+
+def ensure_topics(config: KafkaConfig, timeout_s: float = 10.0) -> None:
+    """Check the broker answers, then create the raw and dead-letter topics if missing.
+
+    An unreachable broker is an error (better than blocking until the delivery
+    timeout); a broker that refuses CreateTopics (ACLs, managed Kafka) is only
+    a warning: the topics may exist already or be auto-created.
+    """
+    wait_for_broker(config.bootstrap, timeout_s=timeout_s)
+    try:
+        create_topics(config.bootstrap, {config.raw_topic: config.partitions,
+                                         config.deadletter_topic: config.partitions}, timeout_s=timeout_s)
+    except BrokerError as exc:
+        log.warning("%s; publishing anyway", exc)
+
+
+def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None = None, *,
+           publisher: FramePublisher | None = None, batch_records: int = DEFAULT_BATCH,
+           create: bool = True, connect_timeout_s: float = 10.0) -> ReplayResult:
+    """Publish every record of ``paths`` (JSONL, gzip or ``-``); returns the counts.
+
+    ``rate`` in records/s paces the replay (None or <= 0: as fast as the broker
+    takes it). A given ``publisher`` is flushed but not closed. ``create``
+    first checks the broker answers within ``connect_timeout_s`` and creates
+    the raw and dead-letter topics with ``config.partitions``.
+    """
+    result = ReplayResult()
+    t0 = time.monotonic()
+    if create:
+        try:
+            ensure_topics(config, connect_timeout_s)
+        except BrokerError as exc:
+            raise ReplayError(str(exc), result) from exc
+    own = publisher is None
+    pub = publisher if publisher is not None else FramePublisher.for_replay(config)
+    producer_id = uuid.uuid4().hex[:12]
+    keys: dict[str, _KeyState] = {}
+    pacer = _Pacer(rate, pub)
+    frames = FrameAccumulator(config.frame_records)
+
+    def check() -> None:
+        if pub.stats.failed:
+            raise ReplayError(f"delivery failed, replay aborted: {pub.stats.last_error}", result)
+
+    def send(frame: FrameSlice) -> None:
+        state = keys.get(frame.key)
+        if state is None:
+            state = keys[frame.key] = _KeyState(frame.job, frame.rank, frame.node)
+        n = len(frame.cols)
+        value = encode_frame(frame.cols, {"seq": state.frames, "producer": producer_id})
+        pub.publish(config.raw_topic, value, key=frame.key)
+        state.frames += 1
+        state.records += n
+        result.frames += 1
+        result.records += n
+        result.by_type[frame.cols.type] += n
+        pacer.after(n)
+        check()
+
+    try:
+        for path in paths:
+            for batch in read_batches(path, batch_records=batch_records):
+                for bad in batch.invalid:
+                    publish_invalid(pub, config.deadletter_topic, bad)
+                    result.invalid += 1
+                for job in batch.jobs:
+                    pub.publish(config.raw_topic, encode_job(job), key=job.job)
+                    result.jobs += 1
+                for cols in batch.columns.values():
+                    for frame in frames.add(cols):
+                        send(frame)
+        for frame in frames.drain():
+            send(frame)
+        per_job = Counter(s.job for s in keys.values())
+        for key, s in keys.items():
+            marker = EndOfStream(s.job, s.rank, s.node, s.records, s.frames,
+                                 {"producer": producer_id, "job_keys": per_job[s.job]})
+            pub.publish(config.raw_topic, encode_end_of_stream(marker), key=key)
+            result.end_of_stream += 1
+        remaining = pub.flush(FLUSH_TIMEOUT_S)
+        check()
+        if remaining:
+            raise ReplayError(f"{remaining} messages still undelivered after {FLUSH_TIMEOUT_S:.0f} s", result)
+    finally:
+        if own:
+            pub.close(timeout_s=5.0)
+        result.publisher = pub.stats
+        result.seconds = time.monotonic() - t0
+    return result

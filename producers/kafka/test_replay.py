@@ -1,0 +1,150 @@
+"""Replay against a real broker: what goes in as JSONL comes out of Kafka as the same records."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from eroica.cli.main import cli
+from eroica.models.columns import concat, to_records
+from eroica.models.frames import (
+    COLUMNS, END_OF_STREAM, JOB, decode_end_of_stream, decode_frame, decode_job, frame_kind,
+)
+from eroica.producers.kafka.replay import replay
+from eroica.stack.tansu import free_port
+
+MALFORMED_LINE = 7
+
+
+def _lines() -> list[dict]:
+    out: list[dict] = [{"type": "job", "job": "jA", "world_size": 4, "rank_nodes": ["n0", "n0", "n1", "n1"]}]
+    for step in range(150):
+        for rank in range(4):
+            out.append({"type": "fn", "job": "jA", "node": f"n{rank // 2}", "rank": rank, "step": step,
+                        "fn": "aten::mm" if step % 2 else "ncclAllReduce",
+                        "kind": "kernel" if step % 2 else "collective", "ts_ns": 1000 * step + rank,
+                        "dur_ns": 100 + rank, **({} if step % 2 else {"op": "all_reduce", "bytes": 4096})})
+    for t in range(20):
+        out.append({"type": "fn", "job": "jB", "node": "m0", "rank": 0, "step": t, "fn": "train.step",
+                    "kind": "python", "ts_ns": t, "dur_ns": 5, "stack": "main;train.step"})
+        out.append({"type": "gpu", "job": "jA", "node": "n0", "rank": t % 2, "gpu": t % 2, "ts_ns": t,
+                    "sm_clock_mhz": 1400.0 + t})
+        out.append({"type": "nic", "job": "jA", "node": f"n{t % 2}", "nic": "mlx5_0", "ts_ns": t, "tx_Bps": 1e9})
+        out.append({"type": "host", "job": "jA", "node": f"n{t % 2}", "ts_ns": t, "cpu_util_pct": 50.0})
+    return out
+
+
+def _write(path: Path, lines: list[dict], malformed_at: int | None = MALFORMED_LINE) -> Path:
+    text = [json.dumps(x) for x in lines]
+    if malformed_at is not None:
+        text.insert(malformed_at - 1, '{"type": "fn", "job": "jA", "node": "n0", "rank": 0, "step": 1, '
+                                      '"fn": "f", "kind": "python", "ts_ns": 1, "dur_ns": -5}')
+    path.write_text("\n".join(text) + "\n")
+    return path
+
+
+def _canonical(recs: list[dict]) -> list[str]:
+    return sorted(json.dumps(r, sort_keys=True) for r in recs)
+
+
+def test_replay_round_trip_with_dead_letter_and_end_of_stream(kafka_bootstrap: str, kafka_names, kafka_consume,
+                                                              tmp_path: Path) -> None:
+    lines = _lines()
+    src = _write(tmp_path / "in.jsonl", lines)
+    config = kafka_names.config(kafka_bootstrap, partitions=3, frame_records=64)
+    result = replay([src], config, batch_records=1000)
+
+    valid = [x for x in lines if x["type"] != "job"]
+    assert result.records == len(valid) and result.jobs == 1 and result.invalid == 1
+    assert result.by_type == Counter(x["type"] for x in valid)
+    # keys: 4 ranks of jA + rank 0 of jB (fn/gpu) and 2 nodes of jA (nic/host)
+    assert result.end_of_stream == 7
+    assert result.publisher.failed == 0 and result.publisher.dropped == 0
+
+    msgs = kafka_consume(kafka_bootstrap, config.raw_topic, 3,
+                   lambda got: sum(frame_kind(m.value()) == END_OF_STREAM for m in got) >= 7)
+    by_kind = defaultdict(list)
+    for m in msgs:
+        by_kind[frame_kind(m.value())].append(m)
+    assert len(by_kind[COLUMNS]) == result.frames
+    assert [decode_job(m.value()).job for m in by_kind[JOB]] == ["jA"]
+
+    decoded = defaultdict(list)
+    per_key = defaultdict(lambda: {"records": 0, "frames": 0, "seq": []})
+    for m in by_kind[COLUMNS]:
+        cols, meta = decode_frame(m.value())
+        assert len(cols) <= 64
+        decoded[cols.type].append(cols)
+        k = per_key[m.key().decode()]
+        k["records"] += len(cols)
+        k["frames"] += 1
+        k["seq"].append(meta["seq"])
+    got = [r for batches in decoded.values() for r in to_records(concat(batches))]
+    assert _canonical(got) == _canonical(valid)
+
+    # each key's frames arrive in order, then exactly one marker that counts them
+    markers = {m.key().decode(): decode_end_of_stream(m.value()) for m in by_kind[END_OF_STREAM]}
+    assert set(markers) == set(per_key) == {"jA/0", "jA/1", "jA/2", "jA/3", "jB/0", "jA/n0", "jA/n1"}
+    for key, eos in markers.items():
+        assert (eos.records, eos.frames) == (per_key[key]["records"], per_key[key]["frames"])
+        assert per_key[key]["seq"] == list(range(eos.frames))
+        assert eos.meta["job_keys"] == (6 if eos.job == "jA" else 1)
+        assert (eos.rank == -1) == key.startswith("jA/n")
+    for m in by_kind[END_OF_STREAM]:
+        later = [x for x in msgs if x.partition() == m.partition() and x.offset() > m.offset()
+                 and x.key() == m.key()]
+        assert not later
+
+    dead = kafka_consume(kafka_bootstrap, config.deadletter_topic, 3, lambda got: len(got) >= 1, timeout_s=10)
+    assert len(dead) == 1
+    letter = json.loads(dead[0].value())
+    assert set(letter) == {"source", "line", "reason", "raw"}
+    assert letter["source"] == str(src) and letter["line"] == MALFORMED_LINE
+    assert "dur_ns" in letter["reason"] and '"dur_ns": -5' in letter["raw"]
+    assert dead[0].key().decode() == str(src)
+
+
+def test_replay_cli_paces_to_rate(kafka_bootstrap: str, kafka_names, kafka_consume, tmp_path: Path) -> None:
+    lines = [x for x in _lines() if x["type"] == "fn"][:600]
+    src = _write(tmp_path / "paced.jsonl", lines, malformed_at=None)
+    config = kafka_names.config(kafka_bootstrap)
+    env = {"EROICA_KAFKA_TOPIC_RAW": config.raw_topic, "EROICA_KAFKA_TOPIC_DEADLETTER": config.deadletter_topic,
+           "EROICA_KAFKA_PARTITIONS": "2"}
+    start = time.monotonic()
+    res = CliRunner().invoke(cli, ["replay", str(src), "--rate", "1000", "--kafka", kafka_bootstrap,
+                                   "--frame-records", "50"], env=env)
+    elapsed = time.monotonic() - start
+    assert res.exit_code == 0, res.output
+    assert "replayed 600 records (fn 600)" in res.stderr and "0 failed" in res.stderr
+    assert elapsed >= 0.5  # 600 records at 1000/s, paced per frame of <= 50
+    msgs = kafka_consume(kafka_bootstrap, config.raw_topic, 2,
+                   lambda got: sum(frame_kind(m.value()) == END_OF_STREAM for m in got) >= 4)
+    assert sum(len(decode_frame(m.value())[0]) for m in msgs if frame_kind(m.value()) == COLUMNS) == 600
+
+
+def test_replay_cli_exit_codes(tmp_path: Path) -> None:
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["replay", str(tmp_path / "x.jsonl"), "--rate", "fast"])
+    assert bad.exit_code == 2
+    src = _write(tmp_path / "one.jsonl", _lines()[:3], malformed_at=None)
+    dead = f"127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    res = runner.invoke(cli, ["replay", str(src), "--kafka", dead, "--connect-timeout", "0.5"])
+    assert res.exit_code == 1 and "no Kafka broker answered" in res.stderr
+    assert time.monotonic() - start < 5
+
+
+def test_replay_cli_no_valid_record_exits_3(kafka_bootstrap: str, kafka_names, kafka_consume, tmp_path: Path) -> None:
+    src = tmp_path / "bad.jsonl"
+    src.write_text('not json\n{"type": "gpu", "job": "j"}\n')
+    config = kafka_names.config(kafka_bootstrap)
+    env = {"EROICA_KAFKA_TOPIC_RAW": config.raw_topic, "EROICA_KAFKA_TOPIC_DEADLETTER": config.deadletter_topic}
+    res = CliRunner().invoke(cli, ["replay", str(src), "--kafka", kafka_bootstrap], env=env)
+    assert res.exit_code == 3, res.output
+    assert "2 invalid lines" in res.stderr
+    dead = kafka_consume(kafka_bootstrap, config.deadletter_topic, config.partitions, lambda got: len(got) >= 2)
+    assert sorted(json.loads(m.value())["line"] for m in dead) == [1, 2]
