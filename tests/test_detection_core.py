@@ -128,3 +128,21 @@ def test_assembler_splits_jobs_and_windows_on_event_time():
     assert all(x.end_ns - x.start_ns == 5 * 10**9 for x in done + rest)
     assert sum(len(x.columns["fn"]) for x in done + rest) == len(w.columns["fn"])
     assert all(x.start_ns % (5 * 10**9) == 0 for x in done + rest)
+
+
+def test_digests_of_rank_subsets_merge_to_the_whole_and_survive_the_wire():
+    from eroica.models.digest import decode_digest, encode_digest, merge_digests
+    from eroica.streams.detection.detector import detect
+    from eroica.streams.detection.summarise import digest_window
+
+    w = _job(slow_rank=5)
+    whole = digest_window(w)
+    parts = []
+    for ranks in ([0, 1, 2], [3, 4, 5, 6, 7]):
+        cols = {}
+        for t, c in w.columns.items():
+            cols[t] = c.take(np.isin(c.arrays["rank"], ranks)) if "rank" in c.arrays else c
+        parts.append(decode_digest(encode_digest(digest_window(JobWindow(w.job, w.start_ns, w.end_ns, cols)))))
+    merged = merge_digests(parts)
+    assert [v.verdict_id for v in detect(merged)] == [v.verdict_id for v in detect(whole)]
+    assert detect(merged)[0].rank == 5

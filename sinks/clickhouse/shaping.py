@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import msgspec
+from eroica.models.summary import WindowSummary
 from eroica.models.verdict import Verdict
 
 from .schema import SUMMARY_NAMES, VERDICT_NAMES
@@ -25,30 +26,6 @@ __all__ = [
 _U64_MAX = 2**64 - 1
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 _evidence_decoder = msgspec.json.Decoder(dict[str, Any])
-
-
-class WindowSummary(msgspec.Struct, kw_only=True):
-    """What one rank did in one function during one window (a row of ``summaries``).
-
-    ``beta`` is the share of the window the function spent on the rank's
-    critical path; ``slowdown_vs_peers`` the rank's cost over its peers' median
-    (NaN when it has no peers). Quantiles and totals are nanoseconds.
-    """
-
-    job: str
-    window_start_ns: int
-    window_end_ns: int
-    rank: int
-    node: str
-    fn: str
-    kind: str
-    count: int
-    median_ns: float
-    p90_ns: float
-    p99_ns: float
-    total_ns: float
-    beta: float
-    slowdown_vs_peers: float
 
 
 def _u64(value: object, what: str) -> int:

@@ -11,12 +11,17 @@ from typing import Iterable, Iterator
 from eroica.models.reader import Batch
 from eroica.models.verdict import Verdict
 
-from .detector import detect_window
+from .detector import detect, detect_step, detect_window
+from .history import JobHistory
+from .summarise import digest_window
 from .windows import JobWindow, WindowAssembler
 
 DEFAULT_WINDOW_S = 30.0
 
-__all__ = ["DEFAULT_WINDOW_S", "JobWindow", "WindowAssembler", "analyze", "detect_window"]
+__all__ = [
+    "DEFAULT_WINDOW_S", "JobHistory", "JobWindow", "WindowAssembler", "analyze", "detect", "detect_step",
+    "detect_window", "digest_window",
+]
 
 
 def analyze(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,
@@ -28,12 +33,18 @@ def analyze(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,
     then needs only about two windows in memory.
     """
     asm = WindowAssembler(window_ns, window_ns if lateness_ns is None else lateness_ns)
+    histories: dict[str, JobHistory] = {}
+
+    def run(w: JobWindow) -> list[Verdict]:
+        verdicts, histories[w.job] = detect_step(digest_window(w), w.meta, histories.get(w.job), detected_at_ns)
+        return verdicts
+
     for batch in batches:
         for job in batch.jobs:
             asm.add_meta(job)
         for cols in batch.columns.values():
             asm.add(cols)
         for w in asm.complete():
-            yield from detect_window(w, detected_at_ns)
+            yield from run(w)
     for w in asm.flush():
-        yield from detect_window(w, detected_at_ns)
+        yield from run(w)

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from eroica.models.columns import Columns
+from eroica.models.digest import CollRows, WindowDigest
 
-from .grouping import dense_ids, group_count, group_min, group_quantiles, group_sum
+from .grouping import dense_ids, group_count, group_max, group_min, group_quantiles, group_sum
 from .patterns import K_COLL
 
 
@@ -29,7 +30,7 @@ class GroupStats:
     intra_node: bool         # every member on one node (NVLink / PCIe path)
     transfer_per_step: float  # median over steps of summed transfer time (ns)
     bytes_per_step: float     # median over steps of summed bytes (NaN if unknown)
-    instances: int
+    instances: int           # steps in which the group was seen
 
     @property
     def bandwidth(self) -> float:
@@ -47,58 +48,75 @@ class CollectiveStats:
     groups: list[GroupStats]
 
 
-def collective_stats(fn: Columns, ranks: np.ndarray, rank_node: dict[int, str]) -> CollectiveStats:
+def summarise_collectives(fn: Columns) -> CollRows:
+    """Per (rank, communicator, step): summed duration, bytes and calls (the summariser's part)."""
     a = fn.arrays
     sel = (a["kind"] == K_COLL) & ~a["in_flight"]
-    n_r = ranks.size
-    empty = CollectiveStats(ranks, np.zeros(n_r), np.zeros(n_r), [])
     if not sel.any():
-        return empty
+        return CollRows()
     rank, step, grp = a["rank"][sel], a["step"][sel], a["group"][sel]
-    ts, dur, nbytes = a["ts_ns"][sel], a["dur_ns"][sel], a["bytes"][sel]
-    # Occurrence index of each call within (rank, group, step), in time order.
-    order = np.lexsort((ts, step, grp, rank))
-    r_o, g_o, s_o = rank[order], grp[order], step[order]
-    new = np.ones(order.size, dtype=bool)
-    new[1:] = (r_o[1:] != r_o[:-1]) | (g_o[1:] != g_o[:-1]) | (s_o[1:] != s_o[:-1])
-    run_start = np.maximum.accumulate(np.where(new, np.arange(order.size), 0))
-    seq = np.empty(order.size, dtype=np.int64)
-    seq[order] = np.arange(order.size) - run_start
+    ids, n, first = dense_ids(rank, grp, step)
+    nbytes = a["bytes"][sel].astype(np.float64)
+    known = nbytes >= 0
+    b = group_sum(ids, np.where(known, nbytes, 0.0), n)
+    b[group_count(ids[known], n) == 0] = np.nan
+    vocab = np.asarray(fn.vocab["group"], dtype=object)
+    return CollRows(
+        rank=rank[first].tolist(), group=vocab[grp[first]].tolist(), step=step[first].tolist(),
+        dur_ns=group_sum(ids, a["dur_ns"][sel], n).astype(np.int64).tolist(), bytes=b.tolist(),
+        calls=group_count(ids, n).tolist(),
+    )
 
-    inst, n_inst, _ = dense_ids(grp, step, seq)
-    transfer = group_min(inst, dur, n_inst)
-    members = group_count(inst, n_inst)
-    matched = members[inst] > 1  # a call nobody else joined tells nothing about waiting
-    wait = np.where(matched, dur - transfer[inst], 0)
-    xfer = np.where(matched, transfer[inst], dur)
+
+def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, str]) -> CollectiveStats:
+    """Waiting per rank and transfer per communicator, from the digest rows.
+
+    Per (communicator, step) the member with the least collective time is the
+    one the others waited for: its time is (about) the transfer, and every
+    member's excess over it is waiting.
+    """
+    c = d.colls
+    n_r = ranks.size
+    if not c.rank:
+        return CollectiveStats(ranks, np.zeros(n_r), np.zeros(n_r), [])
+    rank = np.asarray(c.rank, dtype=np.int64)
+    step = np.asarray(c.step, dtype=np.int64)
+    dur = np.asarray(c.dur_ns, dtype=np.float64)
+    nbytes = np.asarray(c.bytes, dtype=np.float64)
+    names: dict[str, int] = {}
+    grp = np.fromiter((names.setdefault(g, len(names)) for g in c.group), dtype=np.int64, count=len(c.group))
+    named = np.array([bool(g) for g in names], dtype=bool)[grp]
+
+    gs, n_gs, _ = dense_ids(grp, step)
+    members = group_count(gs, n_gs)
+    transfer = group_min(gs, dur, n_gs)
+    matched = named & (members[gs] > 1)  # a call nobody else joined tells nothing about waiting
+    wait = np.where(matched, dur - transfer[gs], 0.0)
+    xfer = np.where(matched, transfer[gs], dur)
 
     slot = np.searchsorted(ranks, rank)
-    rs, n_rs, rs_first = dense_ids(slot, step)
-    rs_slot = slot[rs_first]
-    wait_ps = group_quantiles(rs_slot, group_sum(rs, wait, n_rs), n_r, (0.5,))[0]
-    xfer_ps = group_quantiles(rs_slot, group_sum(rs, xfer, n_rs), n_r, (0.5,))[0]
+    ok = (slot < n_r) & (ranks[np.minimum(slot, n_r - 1)] == rank)
+    rs, n_rs, rs_first = dense_ids(slot[ok], step[ok])
+    rs_slot = slot[ok][rs_first]
+    wait_ps = group_quantiles(rs_slot, group_sum(rs, wait[ok], n_rs), n_r, (0.5,))[0]
+    xfer_ps = group_quantiles(rs_slot, group_sum(rs, xfer[ok], n_rs), n_r, (0.5,))[0]
 
     groups: list[GroupStats] = []
-    vocab = fn.vocab["group"]
-    for g in np.unique(grp):
-        name = vocab[int(g)]
-        if not name:
+    for name, g in names.items():
+        rows = np.flatnonzero((grp == g) & matched)
+        if not name or rows.size == 0:
             continue
-        in_g = grp == g
-        g_inst = np.unique(inst[in_g])
-        # One row per instance: its step, transfer and bytes (bytes of the fastest member).
-        first_row = np.flatnonzero(in_g)[np.unique(inst[in_g], return_index=True)[1]]
-        i_step = step[first_row]
-        sid, n_s, _ = dense_ids(i_step)
-        t_ps = group_sum(sid, transfer[g_inst], n_s)
-        b = nbytes[first_row].astype(np.float64)
-        b[b < 0] = np.nan
-        b_ps = group_sum(sid, np.nan_to_num(b), n_s) if np.isfinite(b).any() else np.full(n_s, np.nan)
-        members_g = np.unique(rank[in_g])
+        # Per step: the transfer and the bytes of the member that waited least.
+        sid, n_s, _ = dense_ids(step[rows])
+        t = group_min(sid, dur[rows], n_s)
+        fastest = dur[rows] == t[sid]
+        b = group_max(sid[fastest], nbytes[rows][fastest], n_s)
+        members_g = np.unique(rank[rows])
         nodes = {rank_node.get(int(r), "") for r in members_g}
         groups.append(GroupStats(
             name=name, ranks=members_g, intra_node=len(nodes) == 1 and "" not in nodes,
-            transfer_per_step=float(np.median(t_ps)), bytes_per_step=float(np.median(b_ps)),
-            instances=int(g_inst.size),
+            transfer_per_step=float(np.median(t)),
+            bytes_per_step=float(np.median(b)) if np.isfinite(b).all() else float("nan"),
+            instances=int(n_s),
         ))
     return CollectiveStats(ranks, np.nan_to_num(wait_ps), np.nan_to_num(xfer_ps), groups)

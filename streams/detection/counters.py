@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eroica.models.columns import Columns
+from eroica.models.digest import WindowDigest
 
 from .grouping import dense_ids, group_max, group_min, group_quantiles
 
@@ -114,6 +115,7 @@ def summarise_host(host: Columns) -> dict[str, dict[str, float]]:
 
 
 def summarise(gpu: Columns | None, nic: Columns | None, host: Columns | None) -> CounterSummary:
+    """Per-entity counter levels of a window (the summariser's part)."""
     s = CounterSummary()
     if gpu is not None and len(gpu):
         s.gpu, s.gpu_index = summarise_gpu(gpu)
@@ -122,3 +124,16 @@ def summarise(gpu: Columns | None, nic: Columns | None, host: Columns | None) ->
     if host is not None and len(host):
         s.host = summarise_host(host)
     return s
+
+
+def nic_key(node: str, nic: str) -> str:
+    return f"{node}/{nic}"
+
+
+def from_digest(d: WindowDigest) -> CounterSummary:
+    """The counters of a (merged) digest, keyed for attribution."""
+    return CounterSummary(
+        gpu=d.gpu, gpu_index=d.gpu_index,
+        nic={tuple(k.rsplit("/", 1)): v for k, v in d.nic.items()},  # type: ignore[misc]
+        host=d.host,
+    )

@@ -15,19 +15,25 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import msgspec
+
 import numpy as np
 
+from eroica.models.digest import WindowDigest
+from eroica.models.records import JobRecord
 from eroica.models.verdict import Verdict, finding_key, incident_id, verdict_id
 
 from . import attribution as attr
 from .collectives import CollectiveStats, collective_stats
-from .counters import CounterSummary, summarise
+from .counters import CounterSummary, from_digest
 from .findings import Finding, confidence_of
 from .hang import hang_findings
+from .history import JobHistory
 from .layout import Layout, infer_layout
 from .links import nic_anomalies, slow_groups
 from .patterns import K_KERNEL, Patterns, build_patterns
 from .peers import Cell, abnormal_cells, category_of, role_ratio
+from .summarise import digest_window
 from .windows import JobWindow
 
 MIN_STEPS = 3            # fewer steps in a window cannot separate a fault from a spike
@@ -36,23 +42,37 @@ VICTIM_MARGIN = 0.005    # victims wait >= 0.5% of a step longer than the culpri
 
 
 def detect_window(window: JobWindow, detected_at_ns: int = 0) -> list[Verdict]:
-    """Analyse one job window; ``detected_at_ns`` is supplied by the caller (no clock here)."""
-    fn = window.get("fn")
-    if fn is None or not len(fn):
-        return []
-    layout = infer_layout(window.columns, window.meta)
+    """Summarise a raw job window, then detect: the batch path in one call."""
+    return detect(digest_window(window), window.meta, detected_at_ns)
+
+
+def detect(d: WindowDigest, meta: JobRecord | None = None, detected_at_ns: int = 0,
+           history: JobHistory | None = None) -> list[Verdict]:
+    """Analyse one job window from its (merged) digest; ``detected_at_ns`` comes from the caller.
+
+    ``history`` (the job's earlier windows) is read, never modified: use
+    :func:`detect_step` to also get the updated history.
+    """
+    return detect_step(d, meta, history, detected_at_ns)[0]
+
+
+def detect_step(d: WindowDigest, meta: JobRecord | None, history: JobHistory | None,
+                detected_at_ns: int = 0) -> tuple[list[Verdict], JobHistory]:
+    """One window of a job: verdicts, and the job's history including this window."""
+    history = history if history is not None else JobHistory(job=d.job)
+    layout = infer_layout(d, meta)
     findings: list[Finding] = []
-    done = int((~fn.arrays["in_flight"]).sum())
-    p = build_patterns(fn, window.start_ns, window.end_ns - window.start_ns) if done else None
+    p = build_patterns(d) if d.ranks.rank else None
     step_ns = float(np.nanmedian(p.step_time_ns)) if p is not None and p.ranks.size else float("nan")
-    findings += hang_findings(fn, step_ns, layout.rank_node)
+    findings += hang_findings(d, step_ns, layout.rank_node)
     if p is not None and np.median(p.steps) >= MIN_STEPS and step_ns > 0:
-        counters = summarise(window.get("gpu"), window.get("nic"), window.get("host"))
-        coll = collective_stats(fn, p.ranks, layout.rank_node)
+        counters = from_digest(d)
+        coll = collective_stats(d, p.ranks, layout.rank_node)
         findings += rank_findings(p, layout, counters, coll, step_ns)
         findings += link_findings(p, layout, counters, coll, step_ns)
         _assign_victims(findings, p, coll, step_ns)
-    return [to_verdict(f, window, detected_at_ns) for f in findings]
+    new_history = msgspec.structs.replace(history, windows=history.windows + 1, last_start_ns=d.start_ns)
+    return [to_verdict(f, d.job, d.start_ns, d.end_ns, detected_at_ns) for f in findings], new_history
 
 
 # --- compute, copy, loader and host functions: the peer test -----------------
@@ -271,13 +291,13 @@ def _assign_victims(findings: list[Finding], p: Patterns, coll: CollectiveStats,
 
 # --- contract verdicts ----------------------------------------------------------
 
-def to_verdict(f: Finding, window: JobWindow, detected_at_ns: int) -> Verdict:
-    key = finding_key(window.job, f.kind, f.component, f.scope, f.node, f.rank, f.gpu, f.fn)
+def to_verdict(f: Finding, job: str, start_ns: int, end_ns: int, detected_at_ns: int) -> Verdict:
+    key = finding_key(job, f.kind, f.component, f.scope, f.node, f.rank, f.gpu, f.fn)
     where = (f"rank {f.rank} on {f.node or '?'}" if f.scope == "rank"
-             else f"node {f.node}" if f.scope == "node" else f"job {window.job}")
+             else f"node {f.node}" if f.scope == "node" else f"job {job}")
     return Verdict(
-        verdict_id=verdict_id(window.start_ns, window.end_ns, key), job=window.job,
-        window_start_ns=window.start_ns, window_end_ns=window.end_ns, detected_at_ns=int(detected_at_ns),
+        verdict_id=verdict_id(start_ns, end_ns, key), job=job,
+        window_start_ns=start_ns, window_end_ns=end_ns, detected_at_ns=int(detected_at_ns),
         kind=f.kind, component=f.component, scope=f.scope,  # type: ignore[arg-type]
         node=f.node if f.scope != "job" else "", rank=f.rank if f.scope == "rank" else -1,
         gpu=f.gpu if f.scope == "rank" else -1, fn=f.fn,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from eroica.models.columns import Columns
+from eroica.models.digest import WindowDigest
 from eroica.models.records import FN_KINDS
 
 from .findings import Finding
@@ -24,35 +24,35 @@ _COMPONENT_OF_KIND = {
 }
 
 
-def hang_findings(fn: Columns, step_ns: float, rank_node: dict[int, str]) -> list[Finding]:
-    a = fn.arrays
-    inf = a["in_flight"]
-    if not inf.any():
+def hang_findings(d: WindowDigest, step_ns: float, rank_node: dict[int, str]) -> list[Finding]:
+    inf = d.in_flight
+    if not inf.rank:
         return []
     limit = HANG_STEPS * step_ns if np.isfinite(step_ns) and step_ns > 0 else HANG_FLOOR_NS
-    sel = inf & (a["dur_ns"] >= limit)
-    if not sel.any():
+    durs = np.asarray(inf.dur_ns, dtype=np.int64)
+    sel = np.flatnonzero(durs >= limit)
+    if sel.size == 0:
         return []
-    ranks, kinds, durs = a["rank"][sel], a["kind"][sel], a["dur_ns"][sel]
-    fns = a["fn"][sel]
+    ranks = np.asarray(inf.rank, dtype=np.int64)[sel]
+    kinds = np.asarray(inf.kind, dtype=np.int64)[sel]
+    durs = durs[sel]
+    fns = [inf.fn[i] for i in sel]
     waiting = set(ranks[kinds == K_COLL].tolist())
-    stuck_rows = np.flatnonzero(kinds != K_COLL)
-    all_ranks = set(np.unique(a["rank"]).tolist())
-    findings: list[Finding] = []
+    all_ranks = set(d.ranks.rank) | set(inf.rank) | set(inf.last_rank)
     culprits: dict[int, tuple[str, str, float]] = {}
-    for i in stuck_rows:
+    for i in np.flatnonzero(kinds != K_COLL):
         r = int(ranks[i])
         if r in waiting:
             continue  # a rank waiting in a collective is a victim, whatever else it dumped
         if r not in culprits or durs[i] > culprits[r][2]:
-            culprits[r] = (fn.vocab["fn"][int(fns[i])], FN_KINDS[int(kinds[i])], float(durs[i]))
+            culprits[r] = (fns[i], FN_KINDS[int(kinds[i])], float(durs[i]))
     if not culprits and waiting:
         missing = sorted(all_ranks - waiting)
         if 0 < len(missing) <= max(1, len(all_ranks) // 2):
+            last = {r: (f, k) for r, f, k in zip(inf.last_rank, inf.last_fn, inf.last_kind)}
             for r in missing:
-                rows = np.flatnonzero(a["rank"] == r)
-                last = rows[np.argmax(a["ts_ns"][rows] + a["dur_ns"][rows])]
-                culprits[r] = (fn.vocab["fn"][int(a["fn"][last])], FN_KINDS[int(a["kind"][last])], float("nan"))
+                name, kind = last.get(r, ("", FN_KINDS.index("other")))
+                culprits[r] = (name, FN_KINDS[int(kind)], float("nan"))
     victims = sorted(waiting - set(culprits))
     wait_s = float(np.median(durs[kinds == K_COLL])) / 1e9 if (kinds == K_COLL).any() else float("nan")
     for r, (name, kind, dur) in culprits.items():

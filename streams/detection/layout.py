@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eroica.models.columns import Columns
+from eroica.models.digest import WindowDigest
 from eroica.models.records import JobRecord
 
 
@@ -29,16 +29,8 @@ class Layout:
         return {int(s): np.flatnonzero(stages == s) for s in np.unique(stages)}
 
 
-def infer_layout(columns: dict[str, Columns], meta: JobRecord | None) -> Layout:
-    rank_node: dict[int, str] = {}
-    for type_ in ("gpu", "fn"):
-        cols = columns.get(type_)
-        if cols is None or not len(cols):
-            continue
-        ranks, first = np.unique(cols.arrays["rank"], return_index=True)
-        nodes = cols.arrays["node"][first]
-        for r, n in zip(ranks.tolist(), nodes.tolist()):
-            rank_node.setdefault(r, cols.vocab["node"][n])
+def infer_layout(d: WindowDigest, meta: JobRecord | None) -> Layout:
+    rank_node: dict[int, str] = dict(zip(d.ranks.rank, d.ranks.node))
     rank_stage: dict[int, int] = {}
     if meta is not None:
         if meta.rank_nodes:

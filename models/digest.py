@@ -1,0 +1,127 @@
+"""The window digest: behaviour patterns of some ranks of one job in one window.
+
+This is what the summariser sends to the detector (the paper's "patterns":
+~3 GB of raw events per worker become ~30 KB). It holds durations, counts,
+shares and counter levels, no raw event stream, so nodes need no clock
+synchronisation. Digests of disjoint rank sets of the same window *merge* by
+concatenation, which is how the streaming detector assembles a job window
+from many summariser partitions, and how ``eroica analyze`` gets the very same
+input to the very same detector.
+
+Encoded with msgpack (maps keyed by ints are allowed there, NaN survives).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import msgspec
+
+DIGEST_VERSION = 1
+
+
+class FnRows(msgspec.Struct):
+    """One row per (rank, function): the function's pattern on that rank."""
+
+    rank: list[int] = []
+    fn: list[str] = []
+    stack: list[str] = []
+    kind: list[int] = []
+    count: list[int] = []
+    total_ns: list[float] = []
+    excl_ns: list[float] = []      # critical-path (exclusive) time
+    median_ns: list[float] = []
+    p90_ns: list[float] = []
+    p99_ns: list[float] = []
+    per_step_ns: list[float] = []  # median over steps of the per-step cost
+
+
+class RankRows(msgspec.Struct):
+    """One row per rank: where it runs and how its steps went."""
+
+    rank: list[int] = []
+    node: list[str] = []
+    steps: list[int] = []
+    step_time_ns: list[float] = []
+
+
+class CollRows(msgspec.Struct):
+    """One row per (rank, communicator, step): summed collective time and bytes."""
+
+    rank: list[int] = []
+    group: list[str] = []
+    step: list[int] = []
+    dur_ns: list[int] = []
+    bytes: list[float] = []
+    calls: list[int] = []
+
+
+class InFlightRows(msgspec.Struct):
+    """Functions still running when dumped (hang evidence)."""
+
+    rank: list[int] = []
+    fn: list[str] = []
+    kind: list[int] = []
+    ts_ns: list[int] = []
+    dur_ns: list[int] = []
+    # last finished function per rank: what a rank missing from a hang dump was doing
+    last_rank: list[int] = []
+    last_fn: list[str] = []
+    last_kind: list[int] = []
+
+
+class WindowDigest(msgspec.Struct):
+    job: str
+    start_ns: int
+    end_ns: int
+    ranks: RankRows = msgspec.field(default_factory=RankRows)
+    fns: FnRows = msgspec.field(default_factory=FnRows)
+    colls: CollRows = msgspec.field(default_factory=CollRows)
+    in_flight: InFlightRows = msgspec.field(default_factory=InFlightRows)
+    gpu: dict[int, dict[str, float]] = {}
+    gpu_index: dict[int, int] = {}
+    nic: dict[str, dict[str, float]] = {}   # "node/nic" -> metrics
+    host: dict[str, dict[str, float]] = {}  # node -> metrics
+    version: int = DIGEST_VERSION
+
+
+def _concat_rows(parts: Sequence[msgspec.Struct]) -> msgspec.Struct:
+    cls = type(parts[0])
+    return cls(**{f: [x for p in parts for x in getattr(p, f)] for f in cls.__struct_fields__})
+
+
+def merge_digests(digests: Sequence[WindowDigest]) -> WindowDigest:
+    """One digest for the union of the ranks (digests must share job and window)."""
+    if not digests:
+        raise ValueError("merge_digests needs at least one digest")
+    d0 = digests[0]
+    if len(digests) == 1:
+        return d0
+    for d in digests[1:]:
+        if (d.job, d.start_ns, d.end_ns) != (d0.job, d0.start_ns, d0.end_ns):
+            raise ValueError("digests of different job windows cannot merge")
+    out = WindowDigest(d0.job, d0.start_ns, d0.end_ns)
+    for name in ("ranks", "fns", "colls", "in_flight"):
+        setattr(out, name, _concat_rows([getattr(d, name) for d in digests]))
+    for name in ("gpu", "gpu_index", "nic", "host"):
+        merged: dict = {}
+        for d in digests:
+            merged.update(getattr(d, name))
+        setattr(out, name, merged)
+    return out
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(WindowDigest)
+
+
+def encode_digest(d: WindowDigest) -> bytes:
+    return _encoder.encode(d)
+
+
+def decode_digest(data: bytes) -> WindowDigest:
+    """Raises ``msgspec.DecodeError`` on a corrupt or foreign message."""
+    d = _decoder.decode(data)
+    if d.version != DIGEST_VERSION:
+        raise msgspec.DecodeError(f"unknown digest version {d.version}")
+    return d

@@ -1,0 +1,33 @@
+"""What the detector remembers of a job between windows.
+
+Kept as plain data (a msgspec struct) so the streaming detector can store it
+in a changelogged faust table and ``eroica analyze`` can thread it through
+windows: the same history, in the same window order, gives the same verdicts.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class JobHistory(msgspec.Struct):
+    job: str = ""
+    windows: int = 0                    # windows analysed so far
+    last_start_ns: int = -1
+    # function key -> its typical per-step cost over earlier windows (median over ranks)
+    baseline: dict[str, float] = {}
+    baseline_windows: dict[str, int] = {}
+    # incident id -> consecutive windows in which the finding was seen
+    streak: dict[str, int] = {}
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(JobHistory)
+
+
+def encode_history(h: JobHistory) -> bytes:
+    return _encoder.encode(h)
+
+
+def decode_history(data: bytes) -> JobHistory:
+    return _decoder.decode(data)

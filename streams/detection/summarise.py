@@ -1,0 +1,27 @@
+"""Raw records of a job window -> its digest: the summariser's pure function.
+
+Used by the streaming summariser on the ranks of its partitions and by
+``eroica analyze`` on whole windows; the detector only ever sees digests, so
+both paths feed it identical input.
+"""
+
+from __future__ import annotations
+
+from eroica.models.digest import WindowDigest
+
+from .collectives import summarise_collectives
+from .counters import nic_key, summarise
+from .patterns import summarise_fn
+from .windows import JobWindow
+
+
+def digest_window(window: JobWindow) -> WindowDigest:
+    d = WindowDigest(window.job, window.start_ns, window.end_ns)
+    fn = window.get("fn")
+    if fn is not None and len(fn):
+        d.fns, d.ranks, d.in_flight = summarise_fn(fn)
+        d.colls = summarise_collectives(fn)
+    c = summarise(window.get("gpu"), window.get("nic"), window.get("host"))
+    d.gpu, d.gpu_index, d.host = c.gpu, c.gpu_index, c.host
+    d.nic = {nic_key(node, nic): m for (node, nic), m in c.nic.items()}
+    return d
