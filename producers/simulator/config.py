@@ -63,6 +63,10 @@ class SimConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "seed" else 1):
                 raise FaultError(f"{name} must be an integer >= {0 if name == 'seed' else 1}, got {v!r}")
+        if self.tp is not None and (not isinstance(self.tp, int) or self.tp < 1):
+            raise FaultError(f"tp must be an integer >= 1, got {self.tp!r}")
+        if not all(isinstance(f, FaultSpec) for f in self.faults):
+            raise FaultError("faults must be FaultSpec objects or spec strings")
         tp = self.tp_size
         if tp < 1 or self.gpus % tp:
             raise FaultError(f"tp={tp} must divide gpus={self.gpus} (tensor parallelism stays inside a node)")

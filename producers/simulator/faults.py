@@ -250,7 +250,7 @@ def parse_fault(spec: str) -> FaultSpec:
 def _describe(fdef: FaultDef) -> str:
     parts = []
     for k, p in fdef.params.items():
-        parts.append(k if p.default is REQUIRED else f"[{k}={'' if p.default is None else p.default}]")
+        parts.append(k if p.default is REQUIRED else f"[{k}]" if p.default is None else f"[{k}={p.default}]")
     return f"{fdef.name}:" + ",".join(parts)
 
 

@@ -45,7 +45,7 @@ S_COMPUTE, S_TP, S_DP, S_PP = 7, 21, 25, 29
 
 # per kernel class: (memory-bandwidth share while running, board power while running [W])
 CLASS_MEM = {"gemm": 0.35, "attn": 0.55, "mem": 0.85, "comm": 0.15, "copy": 0.05}
-CLASS_POWER = {"gemm": 640.0, "attn": 600.0, "mem": 430.0, "comm": 240.0, "copy": 120.0}
+CLASS_POWER = {"gemm": 690.0, "attn": 650.0, "mem": 480.0, "comm": 300.0, "copy": 120.0}
 
 HOST_FWD = 0.30  # host launch time / GPU time, forward (Python modules)
 HOST_BWD = 0.15  # backward (autograd engine, C++)
