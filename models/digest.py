@@ -54,6 +54,8 @@ class CollRows(msgspec.Struct):
     dur_ns: list[int] = []
     bytes: list[float] = []
     calls: list[int] = []
+    p2p: list[bool] = []   # point-to-point (send / recv): waiting for the peer, not a ring transfer
+    op: list[int] = []     # collective op code of the calls (-1 unknown)
 
 
 class InFlightRows(msgspec.Struct):

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eroica.models.columns import Columns
+from eroica.models.columns import OP_CODE, Columns
 from eroica.models.digest import CollRows, WindowDigest
 
 from .grouping import dense_ids, group_count, group_max, group_min, group_quantiles, group_sum
 from .patterns import K_COLL
+
+_P2P_OPS = np.array([OP_CODE["send"], OP_CODE["recv"]], dtype=np.int8)
 
 
 @dataclass
@@ -31,6 +33,8 @@ class GroupStats:
     transfer_per_step: float  # median over steps of summed transfer time (ns)
     bytes_per_step: float     # median over steps of summed bytes (NaN if unknown)
     instances: int           # steps in which the group was seen
+    p2p: bool = False         # send / recv pairs: durations include waiting for the peer stage
+    op: int = -1              # the op code its calls carry (groups compare only with the same op)
 
     @property
     def bandwidth(self) -> float:
@@ -61,10 +65,12 @@ def summarise_collectives(fn: Columns) -> CollRows:
     b = group_sum(ids, np.where(known, nbytes, 0.0), n)
     b[group_count(ids[known], n) == 0] = np.nan
     vocab = np.asarray(fn.vocab["group"], dtype=object)
+    op = a["op"][sel]
+    p2p = group_max(ids, np.isin(op, _P2P_OPS).astype(np.float64), n) > 0
     return CollRows(
         rank=rank[first].tolist(), group=vocab[grp[first]].tolist(), step=step[first].tolist(),
         dur_ns=group_sum(ids, a["dur_ns"][sel], n).astype(np.int64).tolist(), bytes=b.tolist(),
-        calls=group_count(ids, n).tolist(),
+        calls=group_count(ids, n).tolist(), p2p=p2p.tolist(), op=group_max(ids, op.astype(np.float64), n).astype(int).tolist(),
     )
 
 
@@ -86,6 +92,8 @@ def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, st
     names: dict[str, int] = {}
     grp = np.fromiter((names.setdefault(g, len(names)) for g in c.group), dtype=np.int64, count=len(c.group))
     named = np.array([bool(g) for g in names], dtype=bool)[grp]
+    p2p = np.asarray(c.p2p, dtype=bool) if len(c.p2p) == len(c.rank) else np.zeros(len(c.rank), dtype=bool)
+    ops = np.asarray(c.op, dtype=np.int64) if len(c.op) == len(c.rank) else np.full(len(c.rank), -1)
 
     gs, n_gs, _ = dense_ids(grp, step)
     members = group_count(gs, n_gs)
@@ -117,6 +125,6 @@ def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, st
             name=name, ranks=members_g, intra_node=len(nodes) == 1 and "" not in nodes,
             transfer_per_step=float(np.median(t)),
             bytes_per_step=float(np.median(b)) if np.isfinite(b).all() else float("nan"),
-            instances=int(n_s),
+            instances=int(n_s), p2p=bool(p2p[rows].any()), op=int(ops[rows].max()),
         ))
     return CollectiveStats(ranks, np.nan_to_num(wait_ps), np.nan_to_num(xfer_ps), groups)

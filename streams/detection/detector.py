@@ -28,7 +28,10 @@ from .collectives import CollectiveStats, collective_stats
 from .counters import CounterSummary, from_digest
 from .findings import Finding, confidence_of
 from .hang import hang_findings
+from .expected import expected_findings
 from .history import JobHistory
+from .regression import regression_findings, with_window
+from .stages import stage_findings
 from .layout import Layout, infer_layout
 from .links import nic_anomalies, slow_groups
 from .patterns import K_KERNEL, Patterns, build_patterns
@@ -65,14 +68,50 @@ def detect_step(d: WindowDigest, meta: JobRecord | None, history: JobHistory | N
     p = build_patterns(d) if d.ranks.rank else None
     step_ns = float(np.nanmedian(p.step_time_ns)) if p is not None and p.ranks.size else float("nan")
     findings += hang_findings(d, step_ns, layout.rank_node)
-    if p is not None and np.median(p.steps) >= MIN_STEPS and step_ns > 0:
+    enough = p is not None and np.median(p.steps) >= MIN_STEPS and step_ns > 0
+    if enough:
         counters = from_digest(d)
         coll = collective_stats(d, p.ranks, layout.rank_node)
+        anomalies = nic_anomalies(counters)
         findings += rank_findings(p, layout, counters, coll, step_ns)
-        findings += link_findings(p, layout, counters, coll, step_ns)
+        findings += stage_findings(p, layout, counters, step_ns)
+        findings += link_findings(p, layout, counters, coll, step_ns, anomalies)
+        findings += expected_findings(p, counters, coll, anomalies, step_ns)
+        findings += regression_findings(p, history, step_ns)
         _assign_victims(findings, p, coll, step_ns)
-    new_history = msgspec.structs.replace(history, windows=history.windows + 1, last_start_ns=d.start_ns)
+    findings = _one_per_culprit(findings)
+    streak = _stabilise(findings, d.job, history)
+    regressed = {f.fn for f in findings if f.component == "software"}
+    new_history = with_window(history, p if enough else None, d.start_ns, streak, regressed)
     return [to_verdict(f, d.job, d.start_ns, d.end_ns, detected_at_ns) for f in findings], new_history
+
+
+def _one_per_culprit(findings: list[Finding]) -> list[Finding]:
+    """Several tests may reach the same conclusion: keep the most confident per culprit and cause."""
+    best: dict[tuple, Finding] = {}
+    for f in findings:
+        key = (f.kind, f.component, f.scope, f.node, f.rank)
+        if key not in best or f.confidence > best[key].confidence:
+            best[key] = f
+    return list(best.values())
+
+
+PERSIST_WINDOWS = 2      # a finding must be seen in this many consecutive windows ...
+OVERWHELMING = 0.9       # ... unless a single window is this sure
+UNCONFIRMED_CAP = 0.45   # below the alarm level of 0.5
+
+
+def _stabilise(findings: list[Finding], job: str, history: JobHistory) -> dict[str, int]:
+    """Cap the confidence of findings not yet confirmed by a second window; returns the new streaks."""
+    streak: dict[str, int] = {}
+    for f in findings:
+        iid = incident_id(finding_key(job, f.kind, f.component, f.scope, f.node, f.rank, f.gpu, f.fn))
+        n = history.streak.get(iid, 0) + 1
+        streak[iid] = n
+        f.evidence["persistence"] = {"consecutive_windows": n}
+        if f.kind != "hang" and n < PERSIST_WINDOWS and f.confidence < OVERWHELMING:
+            f.confidence = min(f.confidence, UNCONFIRMED_CAP)
+    return streak
 
 
 # --- compute, copy, loader and host functions: the peer test -----------------
@@ -174,9 +213,8 @@ def _merge_nodes(findings: list[Finding], layout: Layout, p: Patterns) -> list[F
 # --- communicators: slow links ----------------------------------------------
 
 def link_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
-                  step_ns: float) -> list[Finding]:
+                  step_ns: float, anomalies: list) -> list[Finding]:
     slow = slow_groups(coll, step_ns)
-    anomalies = nic_anomalies(counters)
     out: list[Finding] = []
     inter = [s for s in slow if not s.group.intra_node]
     for s in slow:
@@ -187,6 +225,7 @@ def link_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         hw = [a for a in anomalies if a.kind in ("degraded", "flaky") and a.node in nodes_in_slow]
         congested = {a.node for a in anomalies if a.kind == "congested"}
         best = max(inter, key=lambda s: s.ratio)
+        pcie = _pcie_members(inter, counters)
         if hw:
             by_node: dict[str, object] = {}
             for a in hw:
@@ -194,6 +233,9 @@ def link_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
                     by_node[a.node] = a
             for node, a in by_node.items():
                 out.append(_nic_finding(node, a, best, layout, p))
+        elif pcie:
+            for rank, s in pcie.items():
+                out.append(_pcie_link_finding(rank, s, layout, counters, p))
         elif len(congested) >= 2:
             out.append(_network_finding(sorted(congested), best, layout, p, anomalies))
         else:
@@ -203,6 +245,31 @@ def link_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             else:
                 out.append(_network_finding(sorted(nodes_in_slow), best, layout, p, anomalies))
     return out
+
+
+def _pcie_members(slow, counters: CounterSummary) -> dict[int, object]:
+    """Members of slow inter-node rings whose GPU's PCIe link trained down (GPUDirect RDMA crosses it)."""
+    out: dict[int, object] = {}
+    for s in slow:
+        for r in s.group.ranks:
+            g = counters.gpu.get(int(r), {})
+            gen, mgen = g.get("pcie_gen", np.nan), g.get("max_pcie_gen", np.nan)
+            w, mw = g.get("pcie_width", np.nan), g.get("max_pcie_width", np.nan)
+            if (np.isfinite(gen) and np.isfinite(mgen) and gen < mgen) or (np.isfinite(w) and np.isfinite(mw) and w < mw):
+                out[int(r)] = s
+    return out
+
+
+def _pcie_link_finding(rank: int, s, layout: Layout, counters: CounterSummary, p: Patterns) -> Finding:
+    node = layout.rank_node.get(rank, "")
+    evidence = {"transfer_ns_per_step": {"culprit": round(s.group.transfer_per_step), "ratio": round(s.ratio, 3)}}
+    evidence.update({k: v for k, v in attr.gpu_evidence(counters, rank, []).items() if "pcie" in k})
+    return Finding(kind="slow", component="pcie", scope="rank", node=node, rank=rank,
+                   gpu=counters.gpu_index.get(rank, -1), fn=s.group.name, slowdown=round(s.ratio, 4),
+                   score=round(s.z, 3), confidence=confidence_of(s.ratio, s.z, s.excess_ns / max(_step(p), 1.0)),
+                   peers=[int(r) for r in p.ranks if int(r) != rank], culprits=[rank], evidence=evidence,
+                   summary=_link_summary(s, f"GPU {counters.gpu_index.get(rank, -1)} {attr.pcie_reason(counters, rank)}"
+                                            f" (its GPUDirect traffic crosses PCIe)"))
 
 
 def _link_summary(s, what: str) -> str:

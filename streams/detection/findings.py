@@ -25,14 +25,14 @@ class Finding:
     summary: str = ""
 
 
-def confidence_of(ratio: float, z: float, material: float) -> float:
+def confidence_of(ratio: float, z: float, material: float, material_full: float = 0.05) -> float:
     """How sure a single window makes us, from effect size, significance and cost.
 
     ``ratio``: slowdown against peers; ``z``: robust z-score; ``material``: the
-    share of the step the problem costs. Each saturates; the weakest one bounds
+    share of the step the problem costs (full weight at ``material_full``). Each saturates; the weakest one bounds
     the result, so a huge z on a negligible cost stays unsure.
     """
     effect = min(1.0, max(0.0, (ratio - 1.0) / 0.3))
     signif = min(1.0, max(0.0, (z - 3.0) / 7.0))
-    cost = min(1.0, max(0.0, material / 0.05))
+    cost = min(1.0, max(0.0, material / material_full))
     return round(float(min(0.99, 0.2 + 0.79 * min(effect, signif, cost))), 3)

@@ -55,13 +55,13 @@ def group_quantiles(ids: np.ndarray, values: np.ndarray, n: int, qs: tuple[float
 
 def group_max(ids: np.ndarray, values: np.ndarray, n: int, fill: float = np.nan) -> np.ndarray:
     out = np.full(n, -np.inf)
-    np.maximum.at(out, ids, values.astype(np.float64))
+    np.fmax.at(out, ids, values.astype(np.float64))  # fmax: NaN values are ignored
     out[np.isneginf(out)] = fill
     return out
 
 
 def group_min(ids: np.ndarray, values: np.ndarray, n: int, fill: float = np.nan) -> np.ndarray:
     out = np.full(n, np.inf)
-    np.minimum.at(out, ids, values.astype(np.float64))
+    np.fmin.at(out, ids, values.astype(np.float64))
     out[np.isposinf(out)] = fill
     return out

@@ -54,6 +54,7 @@ def hang_findings(d: WindowDigest, step_ns: float, rank_node: dict[int, str]) ->
                 name, kind = last.get(r, ("", FN_KINDS.index("other")))
                 culprits[r] = (name, FN_KINDS[int(kind)], float("nan"))
     victims = sorted(waiting - set(culprits))
+    findings: list[Finding] = []
     wait_s = float(np.median(durs[kinds == K_COLL])) / 1e9 if (kinds == K_COLL).any() else float("nan")
     for r, (name, kind, dur) in culprits.items():
         stuck_s = dur / 1e9 if np.isfinite(dur) else wait_s

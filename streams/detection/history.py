@@ -14,9 +14,8 @@ class JobHistory(msgspec.Struct):
     job: str = ""
     windows: int = 0                    # windows analysed so far
     last_start_ns: int = -1
-    # function key -> its typical per-step cost over earlier windows (median over ranks)
-    baseline: dict[str, float] = {}
-    baseline_windows: dict[str, int] = {}
+    # function key -> its typical per-step cost (median over ranks) in the job's first windows
+    reference: dict[str, list[float]] = {}
     # incident id -> consecutive windows in which the finding was seen
     streak: dict[str, int] = {}
 

@@ -1,7 +1,7 @@
 """Slow links: communicators whose transfers lag behind groups of the same shape.
 
 Groups are compared within a *family* (same member count, same intra/inter-node
-span): the rail-aligned data-parallel rings of a job, the tensor-parallel
+span, same collective op): the rail-aligned data-parallel rings of a job, the tensor-parallel
 groups of its nodes. Effective bandwidth (bytes / transfer time) when byte
 counts are known, else transfer time. The NIC counters then say which node's
 link it is (lowered speed, rising errors) or that the fabric is congested.
@@ -34,10 +34,10 @@ class SlowGroup:
 
 
 def slow_groups(stats: CollectiveStats, step_ns: float) -> list[SlowGroup]:
-    families: dict[tuple[int, bool], list[GroupStats]] = {}
+    families: dict[tuple[int, bool, int], list[GroupStats]] = {}
     for g in stats.groups:
-        if g.ranks.size >= 2:
-            families.setdefault((int(g.ranks.size), g.intra_node), []).append(g)
+        if g.ranks.size >= 2 and not g.p2p:
+            families.setdefault((int(g.ranks.size), g.intra_node, g.op), []).append(g)
     out: list[SlowGroup] = []
     for groups in families.values():
         if len(groups) < MIN_GROUPS:
@@ -64,35 +64,58 @@ class NicAnomaly:
     strength: float
 
 
+ERROR_FLOOR = 20.0        # error-counter increases per window a healthy link may show (retransmit noise)
+ERROR_FACTOR = 10.0       # ... and how far above the fleet's typical port a bad one stands
+CONGESTION_FACTOR = 4.0
+
+
+def _fleet_quantile(values: np.ndarray, q: float) -> float:
+    values = values[np.isfinite(values)]
+    return float(np.quantile(values, q)) if values.size else float("nan")
+
+
+def _fleet_median(values: np.ndarray) -> float:
+    return _fleet_quantile(values, 0.5)
+
+
 def nic_anomalies(counters: CounterSummary) -> list[NicAnomaly]:
-    """NIC ports that differ from the fleet's ports: lowered speed, errors, congestion."""
+    """NIC ports that differ from the fleet's ports: lowered speed, errors, congestion.
+
+    Every threshold is relative to the other ports of the job (a healthy link
+    retransmits now and then; a congested fabric marks CNPs everywhere a bit).
+    """
     if not counters.nic:
         return []
-    speeds = np.array([m.get("link_gbps", np.nan) for m in counters.nic.values()])
-    speed_med = float(np.nanmedian(speeds)) if np.isfinite(speeds).any() else np.nan
-    tput = np.array([m.get("throughput_Bps", np.nan) for m in counters.nic.values()])
-    tput_med = float(np.nanmedian(tput)) if np.isfinite(tput).any() else np.nan
-    cong = {k: np.array([m.get(f"{k}_inc", np.nan) for m in counters.nic.values()]) for k in NIC_CONGESTION}
+    ports = list(counters.nic.items())
+    speeds = np.array([m.get("link_gbps", np.nan) for _, m in ports])
+    tput = np.array([m.get("throughput_Bps", np.nan) for _, m in ports])
+    errors = np.array([float(np.nansum([m.get(f"{k}_inc", np.nan) for k in NIC_ERRORS])) for _, m in ports])
+    speed_med, tput_med, err_med = _fleet_median(speeds), _fleet_median(tput), _fleet_median(errors)
+    err_limit = max(ERROR_FLOOR, ERROR_FACTOR * (err_med if np.isfinite(err_med) else 0.0))
+    cong = {k: np.array([m.get(f"{k}_inc", np.nan) for _, m in ports]) for k in NIC_CONGESTION}
+    # Congestion may hit many nodes at once: compare with the quieter quarter of the ports.
+    cong_med = {k: _fleet_quantile(v, 0.25) for k, v in cong.items()}
     out: list[NicAnomaly] = []
-    for (node, nic), m in counters.nic.items():
+    for i, ((node, nic), m) in enumerate(ports):
         ev = {
             "link_gbps": {"culprit": m.get("link_gbps"), "peer_median": speed_med},
             "throughput_Bps": {"culprit": round(m.get("throughput_Bps", np.nan), 1), "peer_median": round(tput_med, 1)},
             "throughput_cv": {"culprit": round(m.get("throughput_cv", np.nan), 3)},
         }
-        errors = {k: m.get(f"{k}_inc", np.nan) for k in NIC_ERRORS}
-        err_total = float(np.nansum(list(errors.values()))) if errors else 0.0
-        speed = m.get("link_gbps", np.nan)
+        speed = speeds[i]
+        flapped = m.get("link_up_min", 1.0) < 1.0 or m.get("link_downed_inc", 0.0) > 0
         if np.isfinite(speed) and np.isfinite(speed_med) and speed < LINK_SPEED_LOW * speed_med:
             out.append(NicAnomaly(node, nic, "degraded", ev, 1.0 + (speed_med - speed) / speed_med))
-        elif err_total > 0 or m.get("link_up_min", 1.0) < 1.0:
-            ev.update({f"{k}_increase": {"culprit": v} for k, v in errors.items() if np.isfinite(v) and v > 0})
-            out.append(NicAnomaly(node, nic, "flaky", ev, 1.0 + np.log1p(err_total)))
+        elif errors[i] > err_limit or flapped:
+            ev.update({f"{k}_increase": {"culprit": m.get(f"{k}_inc")} for k in NIC_ERRORS
+                       if np.isfinite(m.get(f"{k}_inc", np.nan)) and m.get(f"{k}_inc", 0) > 0})
+            ev["errors_increase"] = {"culprit": errors[i], "peer_median": err_med}
+            out.append(NicAnomaly(node, nic, "flaky", ev, 1.0 + float(np.log1p(errors[i]))))
         else:
-            mine = {k: m.get(f"{k}_inc", np.nan) for k in NIC_CONGESTION}
-            raised = [k for k, v in mine.items()
-                      if np.isfinite(v) and v > 0 and v > 4.0 * max(float(np.nanmedian(cong[k])), 0.0)]
+            raised = [k for k in NIC_CONGESTION
+                      if np.isfinite(cong[k][i]) and cong[k][i] > 0
+                      and cong[k][i] > CONGESTION_FACTOR * max(cong_med[k] if np.isfinite(cong_med[k]) else 0.0, 1.0)]
             if raised:
-                ev.update({f"{k}_increase": {"culprit": mine[k], "peer_median": float(np.nanmedian(cong[k]))} for k in raised})
+                ev.update({f"{k}_increase": {"culprit": cong[k][i], "peer_median": cong_med[k]} for k in raised})
                 out.append(NicAnomaly(node, nic, "congested", ev, 1.0))
     return out

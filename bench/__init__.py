@@ -1,0 +1,1 @@
+"""Eroica benchmarks: detection accuracy against ground truth, and throughput."""

@@ -1,0 +1,113 @@
+"""``eroica import``: turn real traces into contract JSON Lines (``eroica import kineto|optable``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+
+def _report(stats, output: str, took: float) -> None:
+    for w in stats.warnings:
+        click.echo(f"warning: {w}", err=True)
+    where = "stdout" if output == "-" else output
+    click.echo(f"imported {stats.sources} source(s): {stats.describe()}; to {where} in {took:.2f} s", err=True)
+
+
+def _fail(exc: Exception) -> None:
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(1)
+
+
+@click.group("import")
+def import_() -> None:
+    """Import real traces (PyTorch profiler, per-operation tables) as contract JSON Lines.
+
+    The output starts with a job record, then fn records in time order; it
+    can go straight to eroica analyze.
+    """
+
+
+@import_.command("kineto")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, metavar="FILE", help="Output JSON Lines ('-' = stdout, .gz = gzip).")
+@click.option("--job", default=None, help="Job id (default: the files' common name, e.g. sampled_rank).")
+@click.option("--node", default=None, help="Node of every rank (default: the trace's hostname, else "
+                                           "node-<rank // gpus-per-node>).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
+              help="For the default node names.")
+@click.option("--default-group", default=None, metavar="NAME",
+              help="Communicator of NCCL kernels whose trace names none (e.g. 'world' for a job with one "
+                   "process group); default: none.")
+def kineto(files: tuple[str, ...], output: str, job: str | None, node: str | None, gpus_per_node: int,
+           default_group: str | None) -> None:
+    """Import PyTorch profiler (Kineto) traces FILES (.json or .json.gz), one rank each.
+
+    \b
+    Examples:
+      eroica import kineto rank-*.json.gz -o run.jsonl
+      eroica import kineto trace.json --job exp1 --node host-3 -o - | eroica analyze -
+
+    Rank and world size come from each trace's distributedInfo. Kernels,
+    NCCL collectives, copies and host spans (operators, runtime calls,
+    annotations with their stacks) each become an fn record with the step of
+    the enclosing ProfilerStep#N; events outside every step are left out.
+    """
+    from eroica.producers.importers import ImportFailed, import_kineto
+
+    t0 = time.perf_counter()
+    try:
+        stats = import_kineto(list(files), output, job=job, node=node, gpus_per_node=gpus_per_node,
+                              default_group=default_group)
+    except (ImportFailed, OSError) as exc:
+        _fail(exc)
+    _report(stats, output, time.perf_counter() - t0)
+
+
+@import_.command("optable")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, metavar="FILE", help="Output JSON Lines ('-' = stdout, .gz = gzip).")
+@click.option("--meta", "meta", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Job parallelism (YAML: world_size, dp_size, pp_size, tp_size); default: meta-<X>.yaml "
+                   "beside trace-<X>.parquet when there is one.")
+@click.option("--job", default=None, help="Job id (default: the file's name without .parquet).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Node of rank r: node-<r // G>.")
+@click.option("--start-ns", type=click.IntRange(min=0), default=None,
+              help="Start of the first step, ns since the epoch (default 1763000000000000000).")
+def optable(file: str, output: str, meta: str | None, job: str | None, gpus_per_node: int,
+            start_ns: int | None) -> None:
+    """Import a per-operation table FILE (Parquet: rank, stage, dp_rank, step, optype, start_ts, duration).
+
+    \b
+    Example:
+      eroica import optable trace-ST.parquet --meta meta-ST.yaml -o st.jsonl
+
+    Steps (relative in the table) are laid end to end; pipeline sends and
+    receives become collectives of the stage pair, gradient reduce-scatters
+    and parameter all-gathers collectives of the stage's data-parallel group.
+    Needs pyarrow (and pyyaml for --meta): pip install 'eroica[import]'.
+    """
+    from pathlib import Path
+
+    try:
+        from eroica.producers.importers import ImportFailed, import_optable
+        from eroica.producers.importers.optable import DEFAULT_START_NS, default_meta_path
+        import pyarrow  # noqa: F401
+    except ImportError as exc:
+        _fail(RuntimeError(f"{exc.name or exc} is missing: pip install 'eroica[import]'"))
+    if meta is None:
+        found = default_meta_path(Path(file))
+        if found is not None:
+            meta = str(found)
+            click.echo(f"using meta {meta}", err=True)
+    t0 = time.perf_counter()
+    try:
+        stats = import_optable(file, output, meta_path=meta, job=job, gpus_per_node=gpus_per_node,
+                               start_ns=DEFAULT_START_NS if start_ns is None else start_ns)
+    except ImportError as exc:
+        _fail(RuntimeError(f"{exc.name or exc} is missing: pip install 'eroica[import]'"))
+    except (ImportFailed, OSError) as exc:
+        _fail(exc)
+    _report(stats, output, time.perf_counter() - t0)

@@ -1,0 +1,198 @@
+"""The expected-behaviour test: problems every rank shares, which peers cannot show.
+
+Each kind of function has a range it should stay in (the paper's first test):
+the data loader and host Python should hardly ever hold the critical path;
+inter-node collectives should move data at a good share of the NIC's link
+speed; tensor-parallel collectives inside a node should use NVLink. A job
+outside the range is abnormal even when all its ranks agree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .collectives import CollectiveStats
+from .counters import CounterSummary
+from .findings import Finding
+from .links import NicAnomaly
+from .patterns import K_LOADER, K_OPTIM, K_OTHER, K_PYTHON, Patterns
+
+LOADER_BETA = 0.10        # the data loader holds >= 10% of the window on the typical rank
+PYTHON_BETA = 0.15        # host Python holds >= 15% (launch gaps of a healthy loop stay well below)
+RANK_SHARE = 0.8          # ... on at least 80% of the ranks: shared, not one rank's problem
+BW_CONFIG = 0.2           # inter-node collectives below 20% of link speed: not NCCL's RDMA path
+BW_DEGRADED = 0.8         # below 80%: slow enough to blame the fabric when it reports congestion
+MIN_COLL_BYTES = 1 << 20  # ignore tiny collectives (latency-bound, e.g. a scalar all-reduce)
+NVLINK_IDLE_BPS = 1e6     # NVLink counters below 1 MB/s while TP collectives run: unused
+IOWAIT_HIGH_PCT = 10.0
+
+
+def _share_beta(p: Patterns, kinds: tuple[int, ...]) -> np.ndarray:
+    cols = np.isin(p.fn_kinds, kinds)
+    return np.nansum(p.beta[:, cols], axis=1) if cols.any() else np.zeros(p.ranks.size)
+
+
+def expected_findings(p: Patterns, counters: CounterSummary, coll: CollectiveStats,
+                      anomalies: list[NicAnomaly], step_ns: float) -> list[Finding]:
+    out: list[Finding] = []
+    all_ranks = [int(r) for r in p.ranks]
+
+    loader = _share_beta(p, (K_LOADER,))
+    if np.median(loader) >= LOADER_BETA and np.mean(loader >= LOADER_BETA / 2) >= RANK_SHARE:
+        iowait = [m.get("iowait_pct", np.nan) for m in counters.host.values()]
+        iowait = float(np.nanmedian(iowait)) if np.isfinite(iowait).any() else float("nan")
+        storage = np.isfinite(iowait) and iowait >= IOWAIT_HIGH_PCT
+        out.append(Finding(
+            kind="slow", component="storage" if storage else "config", scope="job", fn="DataLoader.__next__",
+            slowdown=float(1.0 / max(1.0 - np.median(loader), 0.05)), score=float(np.median(loader) / LOADER_BETA),
+            confidence=_conf(np.median(loader) / LOADER_BETA), peers=all_ranks, culprits=all_ranks,
+            evidence={"loader_beta": {"median": round(float(np.median(loader)), 4), "expected_max": LOADER_BETA},
+                      "host_iowait_pct": {"median": iowait}},
+            summary=(f"the data loader holds {np.median(loader):.0%} of the time on every rank (expected < "
+                     f"{LOADER_BETA:.0%}); " + (f"storage is slow (iowait {iowait:.0f}%)" if storage
+                                                else "too few DataLoader workers or a slow input pipeline")),
+        ))
+
+    collective = _collective_findings(p, counters, coll, anomalies)
+    python = _share_beta(p, (K_PYTHON, K_OPTIM, K_OTHER))
+    config = [f for f in collective if f.component == "config"]
+    if np.median(python) >= PYTHON_BETA and np.mean(python >= PYTHON_BETA / 2) >= RANK_SHARE and config:
+        # Socket transports burn host CPU: with NCCL off its RDMA path the host-side time is a
+        # symptom of that misconfiguration, not a second cause.
+        config[0].evidence["python_beta"] = {"median": round(float(np.median(python)), 4)}
+    elif np.median(python) >= PYTHON_BETA and np.mean(python >= PYTHON_BETA / 2) >= RANK_SHARE:
+        out.append(Finding(
+            kind="slow", component="python", scope="job", fn=_top_fn(p, (K_PYTHON, K_OPTIM, K_OTHER)),
+            slowdown=float(1.0 / max(1.0 - np.median(python), 0.05)), score=float(np.median(python) / PYTHON_BETA),
+            confidence=_conf(np.median(python) / PYTHON_BETA), peers=all_ranks, culprits=all_ranks,
+            evidence={"python_beta": {"median": round(float(np.median(python)), 4), "expected_max": PYTHON_BETA}},
+            summary=f"host Python holds {np.median(python):.0%} of the time on every rank while the GPU idles "
+                    f"(expected < {PYTHON_BETA:.0%}): host syncs or slow Python in the training loop",
+        ))
+
+    out += pause_findings(p, step_ns)
+    return out + collective
+
+
+PAUSE_COST = 0.05     # pauses cost the job >= 5% of a step on average
+PAUSE_RANKS = 3       # ... spread over at least 3 ranks
+PAUSE_TOP_SHARE = 0.5  # ... none of which holds half of it (that would be one rank's problem)
+
+
+def pause_findings(p: Patterns, step_ns: float) -> list[Finding]:
+    """Long, sporadic host pauses on varying ranks (GC): each stalls the whole lock-step job.
+
+    Per-step medians hide them (a rank pauses only now and then) and the peer
+    test sees no rank stand out, so this test looks for a host function that
+    runs in few steps of each rank, lasts long when it runs, appears on several
+    ranks, and adds up to a real share of the job's time.
+    """
+    out: list[Finding] = []
+    steps = float(np.median(p.steps)) if p.steps.size else 0.0
+    if steps <= 0:
+        return out
+    for f in np.flatnonzero(p.fn_kinds == K_PYTHON):
+        ran = p.count[:, f] > 0
+        n_ranks = int(ran.sum())
+        if n_ranks < PAUSE_RANKS:
+            continue
+        sporadic = np.median(p.count[ran, f] / np.maximum(p.steps[ran], 1)) <= 0.5
+        long = np.nanmedian(p.median_ns[ran, f]) >= PAUSE_COST * step_ns
+        totals = np.nan_to_num(p.excl_ns[ran, f])
+        share = totals.sum() / steps / step_ns
+        if not (sporadic and long) or share < PAUSE_COST or totals.max() > PAUSE_TOP_SHARE * totals.sum():
+            continue
+        out.append(Finding(
+            kind="slow", component="python", scope="job", fn=p.fn_names[f],
+            slowdown=float(1.0 + share), score=float(n_ranks),
+            confidence=round(float(min(0.95, 0.3 + share * 4)), 3), peers=[int(r) for r in p.ranks],
+            culprits=[], evidence={p.fn_names[f]: {
+                "cost_share_of_step": round(float(share), 4), "ranks_pausing": n_ranks,
+                "median_pause_ns": round(float(np.nanmedian(p.median_ns[ran, f]))),
+                "largest_rank_share": round(float(totals.max() / totals.sum()), 3)}},
+            summary=(f"{p.fn_names[f]} pauses ({np.nanmedian(p.median_ns[ran, f]) / 1e6:.0f} ms) on {n_ranks} "
+                     f"different ranks stall the whole job for {share:.0%} of its time (e.g. garbage collection)"),
+        ))
+    return out
+
+
+def _conf(strength: float) -> float:
+    return round(float(min(0.95, 0.4 + 0.3 * (strength - 1.0) + 0.3)), 3) if strength >= 1 else 0.3
+
+
+def _top_fn(p: Patterns, kinds: tuple[int, ...]) -> str:
+    cols = np.flatnonzero(np.isin(p.fn_kinds, kinds))
+    if cols.size == 0:
+        return ""
+    return p.fn_names[int(cols[np.argmax(np.nanmedian(p.beta[:, cols], axis=0))])]
+
+
+def link_capacity_Bps(counters: CounterSummary) -> float:
+    speeds = [m.get("link_gbps", np.nan) for m in counters.nic.values()]
+    speeds = [s for s in speeds if np.isfinite(s) and s > 0]
+    return float(np.median(speeds)) * 1e9 / 8 if speeds else float("nan")
+
+
+def inter_node_bandwidth_ratio(coll: CollectiveStats, counters: CounterSummary) -> tuple[float, list[str]]:
+    """Median over inter-node communicators of achieved bandwidth / NIC link speed."""
+    cap = link_capacity_Bps(counters)
+    groups = [g for g in coll.groups if not g.intra_node and not g.p2p and np.isfinite(g.bytes_per_step)
+              and g.bytes_per_step >= MIN_COLL_BYTES and np.isfinite(g.bandwidth)]
+    if not groups or not np.isfinite(cap):
+        return float("nan"), []
+    return float(np.median([g.bandwidth / cap for g in groups])), [g.name for g in groups]
+
+
+def _collective_findings(p: Patterns, counters: CounterSummary, coll: CollectiveStats,
+                         anomalies: list[NicAnomaly]) -> list[Finding]:
+    out: list[Finding] = []
+    all_ranks = [int(r) for r in p.ranks]
+    ratio, names = inter_node_bandwidth_ratio(coll, counters)
+    congested = sorted({a.node for a in anomalies if a.kind == "congested"})
+    hw = [a for a in anomalies if a.kind in ("degraded", "flaky")]
+    cap = link_capacity_Bps(counters)
+    reasons: list[str] = []
+    evidence: dict = {}
+    if np.isfinite(ratio):
+        evidence["inter_node_bandwidth_share_of_link"] = {"median": round(ratio, 4), "link_Bps": cap,
+                                                           "groups": names[:8]}
+    if np.isfinite(ratio) and ratio < BW_DEGRADED and len(congested) >= 2 and not hw:
+        out.append(Finding(
+            kind="slow", component="network", scope="job", fn=names[0] if names else "",
+            slowdown=float(1.0 / max(ratio, 0.01)), score=float(len(congested)),
+            confidence=_conf(1.0 + (BW_DEGRADED - ratio) / BW_DEGRADED * 2), peers=all_ranks,
+            culprits=[], evidence={**evidence, "congested_nodes": {"culprit": congested}},
+            summary=(f"fabric congestion at {len(congested)} nodes ({', '.join(congested[:4])}): CNP / xmit-wait "
+                     f"counters far above the other ports; inter-node collectives at {ratio:.0%} of link speed"),
+        ))
+        return out
+    if np.isfinite(ratio) and ratio < BW_CONFIG and not hw and not congested:
+        reasons.append(f"inter-node collectives at {ratio:.1%} of the {cap * 8 / 1e9:.0f} Gb/s links "
+                       f"(NCCL over TCP sockets instead of RDMA?)")
+    nv = nvlink_unused(coll, counters)
+    if nv is not None:
+        evidence["nvlink_Bps"] = {"median": nv}
+        reasons.append("NVLink unused while tensor-parallel collectives run (P2P / NVLink disabled?)")
+    if reasons:
+        out.append(Finding(
+            kind="slow", component="config", scope="job", fn="nccl",
+            slowdown=float(1.0 / max(ratio, 0.01)) if np.isfinite(ratio) and ratio < 1 else 1.0,
+            score=float(len(reasons)), confidence=0.9, peers=all_ranks, culprits=[],
+            evidence=evidence, summary="; ".join(reasons),
+        ))
+    return out
+
+
+def nvlink_unused(coll: CollectiveStats, counters: CounterSummary) -> float | None:
+    """Median NVLink throughput when intra-node collectives run but NVLink carries nothing."""
+    intra = [g for g in coll.groups if g.intra_node and not g.p2p and len(g.ranks) >= 2 and np.isfinite(g.bytes_per_step)
+             and g.bytes_per_step >= MIN_COLL_BYTES]
+    if not intra:
+        return None
+    tput = [m.get("nvlink_tx_Bps", np.nan) + m.get("nvlink_rx_Bps", np.nan) for m in counters.gpu.values()]
+    tput = np.array([t for t in tput if np.isfinite(t)])
+    if tput.size < 2:
+        return None
+    if np.mean(tput < NVLINK_IDLE_BPS) >= 0.9:
+        return float(np.median(tput))
+    return None

@@ -1,0 +1,97 @@
+"""The job's own history: a function that got slower on every rank alike.
+
+Peers cannot see a regression that hits every rank (a new kernel version, a
+changed library), and it may stay inside every expected range. Compared with
+the job's own earlier windows it stands out: NVIDIA's "individual score",
+Greyhound's change points. The reference is the first windows of the job, so
+a persisting regression keeps being reported (with one incident id) instead of
+becoming the new normal after a few windows.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+
+from .findings import Finding, confidence_of
+from .history import JobHistory
+from .patterns import K_COLL, K_IO, K_LOADER, Patterns
+
+REFERENCE_WINDOWS = 3   # windows that make up the reference
+MIN_REFERENCE = 2       # compare only once this many reference windows exist
+MIN_RATIO = 1.2
+# A job-wide median against the job's own reference is nearly noise-free, so a
+# smaller cost is already a finding: >= 0.5% of the step, full weight at 1%.
+MIN_MATERIAL = 0.005
+FULL_MATERIAL = 0.01
+RANK_SHARE = 0.8        # ... slower on >= 80% of ranks: shared, not one rank's problem
+MIN_PRESENCE = 0.5      # functions run by at least half the ranks
+
+# Collectives and the loader have their own tests (links, expected behaviour).
+_SKIP_KINDS = (K_COLL, K_LOADER, K_IO)
+
+
+def fn_key(name: str, stack: str) -> str:
+    return f"{name}|{stack}" if stack else name
+
+
+def regression_findings(p: Patterns, history: JobHistory, step_ns: float) -> list[Finding]:
+    out: list[Finding] = []
+    all_ranks = [int(r) for r in p.ranks]
+    for f in range(len(p.fn_names)):
+        if int(p.fn_kinds[f]) in _SKIP_KINDS:
+            continue
+        ref = history.reference.get(fn_key(p.fn_names[f], p.fn_stacks[f]))
+        if not ref or len(ref) < MIN_REFERENCE:
+            continue
+        col = p.per_step_ns[:, f]
+        ok = np.isfinite(col)
+        if ok.mean() < MIN_PRESENCE:
+            continue
+        base = float(np.median(ref))
+        now = float(np.median(col[ok]))
+        if base <= 0:
+            continue
+        ratio = now / base
+        if ratio < MIN_RATIO or now - base < MIN_MATERIAL * step_ns:
+            continue
+        if np.mean(col[ok] / base >= 1.0 + (MIN_RATIO - 1.0) / 2) < RANK_SHARE:
+            continue
+        spread = (max(ref) - min(ref)) / base if len(ref) > 1 else 0.0
+        z = (ratio - 1.0) / max(spread, 0.02)
+        out.append(Finding(
+            kind="slow", component="software", scope="job", fn=p.fn_names[f], slowdown=round(ratio, 4),
+            score=round(float(z), 3), confidence=confidence_of(ratio, z, (now - base) / step_ns, FULL_MATERIAL),
+            peers=all_ranks, culprits=[],
+            evidence={p.fn_names[f]: {"now_ns_per_step": round(now), "reference_ns_per_step": round(base),
+                                      "ratio": round(ratio, 3), "reference_windows": len(ref),
+                                      "ranks_slower": int(np.sum(col[ok] / base >= 1.1))}},
+            summary=(f"{p.fn_names[f]} runs {ratio:.2f}x slower than in this job's first windows on "
+                     f"{int(np.sum(col[ok] / base >= 1.1))} of {int(ok.sum())} ranks: a software regression"),
+        ))
+    return out
+
+
+def remember(p: Patterns, history: JobHistory, regressed: set[str]) -> dict[str, list[float]]:
+    """The reference after this window: the first windows' typical per-step cost of each function.
+
+    A function found regressed in this window does not enter its own reference.
+    """
+    ref = {k: list(v) for k, v in history.reference.items()}
+    for f in range(len(p.fn_names)):
+        key = fn_key(p.fn_names[f], p.fn_stacks[f])
+        if p.fn_names[f] in regressed:
+            continue
+        values = ref.setdefault(key, [])
+        col = p.per_step_ns[:, f]
+        if len(values) < REFERENCE_WINDOWS and np.isfinite(col).mean() >= MIN_PRESENCE:
+            values.append(float(np.nanmedian(col)))
+    return {k: v for k, v in ref.items() if v}
+
+
+def with_window(history: JobHistory, p: Patterns | None, start_ns: int, streak: dict[str, int],
+                regressed: set[str]) -> JobHistory:
+    return msgspec.structs.replace(
+        history, windows=history.windows + 1, last_start_ns=start_ns, streak=streak,
+        reference=remember(p, history, regressed) if p is not None else history.reference,
+    )
