@@ -53,8 +53,13 @@ def gpu_evidence(counters: CounterSummary, rank: int, peers: list[int]) -> dict[
     return out
 
 
-def kernel_component(counters: CounterSummary, rank: int, memory_share: float, gemm_ratio: float) -> tuple[str, str]:
-    """gpu / gpu_memory / workload for slow kernels on one rank, with the reason."""
+def kernel_component(counters: CounterSummary, rank: int, memory_share: float,
+                     gemm_ratio: float | None) -> tuple[str, str]:
+    """gpu / gpu_memory / workload for slow kernels on one rank, with the reason.
+
+    ``gemm_ratio`` is None when no kernel is recognisably a GEMM: then "GEMMs
+    normal" cannot be claimed and HBM is never blamed.
+    """
     g = counters.gpu.get(rank)
     throttled = False
     reason = ""
@@ -69,7 +74,7 @@ def kernel_component(counters: CounterSummary, rank: int, memory_share: float, g
             reason = (reason + "; " if reason else "") + f"clock-event reasons in {share:.0%} of samples"
     if throttled:
         return "gpu", reason
-    if memory_share >= 0.7 and gemm_ratio < 1.05:
+    if gemm_ratio is not None and memory_share >= 0.7 and gemm_ratio < 1.05:
         return "gpu_memory", "memory-bound kernels slow while GEMMs and clocks are normal"
     if g:
         return "workload", "more compute with normal clocks and counters"

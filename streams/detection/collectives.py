@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from eroica.models.columns import OP_CODE, Columns
+from eroica.models.records import COLLECTIVE_OPS
 from eroica.models.digest import CollRows, WindowDigest
 
 from .grouping import dense_ids, group_count, group_max, group_min, group_quantiles, group_sum
@@ -66,9 +67,17 @@ def summarise_collectives(fn: Columns) -> CollRows:
     b[group_count(ids[known], n) == 0] = np.nan
     vocab = np.asarray(fn.vocab["group"], dtype=object)
     op = a["op"][sel]
+    names = vocab[grp[first]]
+    # A collector that reports no communicator id: calls of the same op in the same
+    # step are taken as one job-wide communicator, enough to tell who waited least.
+    unnamed = names == ""
+    if unnamed.any():
+        op_first = op[first]
+        names[unnamed] = np.array([f"*{COLLECTIVE_OPS[o] if o >= 0 else 'collective'}" for o in op_first[unnamed]],
+                                  dtype=object)
     p2p = group_max(ids, np.isin(op, _P2P_OPS).astype(np.float64), n) > 0
     return CollRows(
-        rank=rank[first].tolist(), group=vocab[grp[first]].tolist(), step=step[first].tolist(),
+        rank=rank[first].tolist(), group=names.tolist(), step=step[first].tolist(),
         dur_ns=group_sum(ids, a["dur_ns"][sel], n).astype(np.int64).tolist(), bytes=b.tolist(),
         calls=group_count(ids, n).tolist(), p2p=p2p.tolist(), op=group_max(ids, op.astype(np.float64), n).astype(int).tolist(),
     )

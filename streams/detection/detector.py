@@ -40,7 +40,7 @@ from .summarise import digest_window
 from .windows import JobWindow
 
 MIN_STEPS = 3            # fewer steps in a window cannot separate a fault from a spike
-RANK_MATERIAL = 0.02     # a rank's total excess must cost >= 2% of the step
+RANK_MATERIAL = 0.015    # a rank's significant excesses must add up to >= 1.5% of the step
 VICTIM_MARGIN = 0.005    # victims wait >= 0.5% of a step longer than the culprit
 
 
@@ -76,7 +76,7 @@ def detect_step(d: WindowDigest, meta: JobRecord | None, history: JobHistory | N
         findings += rank_findings(p, layout, counters, coll, step_ns)
         findings += stage_findings(p, layout, counters, step_ns)
         findings += link_findings(p, layout, counters, coll, step_ns, anomalies)
-        findings += expected_findings(p, counters, coll, anomalies, step_ns)
+        findings += expected_findings(p, layout, counters, coll, anomalies, step_ns)
         findings += regression_findings(p, history, step_ns)
         _assign_victims(findings, p, coll, step_ns)
     findings = _one_per_culprit(findings)
@@ -102,15 +102,25 @@ UNCONFIRMED_CAP = 0.45   # below the alarm level of 0.5
 
 
 def _stabilise(findings: list[Finding], job: str, history: JobHistory) -> dict[str, int]:
-    """Cap the confidence of findings not yet confirmed by a second window; returns the new streaks."""
+    """Confidence from persistence; returns the new streaks.
+
+    Unconfirmed findings (first window) stay below the alarm level unless
+    overwhelming; each further consecutive window counts as independent
+    evidence (1 - (1 - c)^n, up to three windows), so a moderate but steady
+    problem becomes an alarm while a one-off never does.
+    """
     streak: dict[str, int] = {}
     for f in findings:
         iid = incident_id(finding_key(job, f.kind, f.component, f.scope, f.node, f.rank, f.gpu, f.fn))
         n = history.streak.get(iid, 0) + 1
         streak[iid] = n
         f.evidence["persistence"] = {"consecutive_windows": n}
-        if f.kind != "hang" and n < PERSIST_WINDOWS and f.confidence < OVERWHELMING:
+        if f.kind == "hang":
+            continue
+        if n < PERSIST_WINDOWS and f.confidence < OVERWHELMING:
             f.confidence = min(f.confidence, UNCONFIRMED_CAP)
+        elif n >= PERSIST_WINDOWS:
+            f.confidence = round(float(min(0.99, 1.0 - (1.0 - f.confidence) ** min(n, 3))), 3)
     return streak
 
 
@@ -159,7 +169,8 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             compute = np.array([f for f in kernel_fns if attr.is_compute_bound(p.fn_names[f])], dtype=np.int64)
             mem_excess = sum(c.excess for c in mine if not attr.is_compute_bound(p.fn_names[c.fn]))
             component, why = attr.kernel_component(
-                counters, rank, mem_excess / max(excess[cat], 1.0), role_ratio(p, members, compute, slot))
+                counters, rank, mem_excess / max(excess[cat], 1.0),
+                role_ratio(p, members, compute, slot) if compute.size else None)
             evidence.update(attr.gpu_evidence(counters, rank, peers))
             what = "kernels"
         elif cat == "memcpy":

@@ -14,6 +14,7 @@ import numpy as np
 from .collectives import CollectiveStats
 from .counters import CounterSummary
 from .findings import Finding
+from .layout import Layout
 from .links import NicAnomaly
 from .patterns import K_LOADER, K_OPTIM, K_OTHER, K_PYTHON, Patterns
 
@@ -32,7 +33,7 @@ def _share_beta(p: Patterns, kinds: tuple[int, ...]) -> np.ndarray:
     return np.nansum(p.beta[:, cols], axis=1) if cols.any() else np.zeros(p.ranks.size)
 
 
-def expected_findings(p: Patterns, counters: CounterSummary, coll: CollectiveStats,
+def expected_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
                       anomalies: list[NicAnomaly], step_ns: float) -> list[Finding]:
     out: list[Finding] = []
     all_ranks = [int(r) for r in p.ranks]
@@ -53,7 +54,7 @@ def expected_findings(p: Patterns, counters: CounterSummary, coll: CollectiveSta
                                                 else "too few DataLoader workers or a slow input pipeline")),
         ))
 
-    collective = _collective_findings(p, counters, coll, anomalies)
+    collective = _collective_findings(p, layout, counters, coll, anomalies)
     python = _share_beta(p, (K_PYTHON, K_OPTIM, K_OTHER))
     config = [f for f in collective if f.component == "config"]
     if np.median(python) >= PYTHON_BETA and np.mean(python >= PYTHON_BETA / 2) >= RANK_SHARE and config:
@@ -143,7 +144,7 @@ def inter_node_bandwidth_ratio(coll: CollectiveStats, counters: CounterSummary) 
     return float(np.median([g.bandwidth / cap for g in groups])), [g.name for g in groups]
 
 
-def _collective_findings(p: Patterns, counters: CounterSummary, coll: CollectiveStats,
+def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
                          anomalies: list[NicAnomaly]) -> list[Finding]:
     out: list[Finding] = []
     all_ranks = [int(r) for r in p.ranks]
@@ -169,6 +170,20 @@ def _collective_findings(p: Patterns, counters: CounterSummary, coll: Collective
     if np.isfinite(ratio) and ratio < BW_CONFIG and not hw and not congested:
         reasons.append(f"inter-node collectives at {ratio:.1%} of the {cap * 8 / 1e9:.0f} Gb/s links "
                        f"(NCCL over TCP sockets instead of RDMA?)")
+    # Too few same-shaped communicators for the link test (one or two DP rings): the
+    # port that differs from the fleet's, under slowed transfers through it, is it.
+    for a in {a.node: a for a in sorted(hw, key=lambda a: a.strength)}.values():
+        ranks = layout.node_ranks(a.node, p.ranks)
+        slowed = (np.isfinite(ratio) and ratio < BW_DEGRADED) or _slower_than_family(coll, set(ranks))
+        if slowed and _transfer_share(p, coll) >= 0.05:
+            out.append(Finding(
+                kind="slow", component="nic", scope="node", node=a.node, fn=names[0] if names else "",
+                slowdown=float(1.0 / max(ratio, 0.01)) if np.isfinite(ratio) else 1.0, score=float(a.strength),
+                confidence=0.7, peers=[r for r in all_ranks if r not in ranks], culprits=ranks,
+                evidence={**evidence, "nic": {"culprit": a.nic, "anomaly": a.kind}, **a.evidence},
+                summary=(f"NIC {a.nic} on {a.node} {'link degraded' if a.kind == 'degraded' else 'flaky (errors)'} "
+                         f"while collectives move data below the links' speed"),
+            ))
     nv = nvlink_unused(coll, counters)
     if nv is not None:
         evidence["nvlink_Bps"] = {"median": nv}
@@ -181,6 +196,26 @@ def _collective_findings(p: Patterns, counters: CounterSummary, coll: Collective
             evidence=evidence, summary="; ".join(reasons),
         ))
     return out
+
+
+def _slower_than_family(coll: CollectiveStats, ranks: set[int], margin: float = 0.9) -> bool:
+    """Some inter-node communicator through these ranks moves data slower than its fastest sibling."""
+    families: dict[tuple, list] = {}
+    for g in coll.groups:
+        if not g.intra_node and not g.p2p and np.isfinite(g.bandwidth) and g.bytes_per_step >= MIN_COLL_BYTES:
+            families.setdefault((len(g.ranks), g.op), []).append(g)
+    for groups in families.values():
+        if len(groups) < 2:
+            continue
+        best = max(g.bandwidth for g in groups)
+        if any(g.bandwidth <= margin * best and ranks & set(int(r) for r in g.ranks) for g in groups):
+            return True
+    return False
+
+
+def _transfer_share(p: Patterns, coll: CollectiveStats) -> float:
+    step = float(np.nanmedian(p.step_time_ns)) if p.step_time_ns.size else 0.0
+    return float(np.median(coll.transfer_per_step)) / step if step > 0 and coll.transfer_per_step.size else 0.0
 
 
 def nvlink_unused(coll: CollectiveStats, counters: CounterSummary) -> float | None:

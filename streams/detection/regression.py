@@ -19,7 +19,7 @@ from .patterns import K_COLL, K_IO, K_LOADER, Patterns
 
 REFERENCE_WINDOWS = 3   # windows that make up the reference
 MIN_REFERENCE = 2       # compare only once this many reference windows exist
-MIN_RATIO = 1.2
+MIN_RATIO = 1.15
 # A job-wide median against the job's own reference is nearly noise-free, so a
 # smaller cost is already a finding: >= 0.5% of the step, full weight at 1%.
 MIN_MATERIAL = 0.005

@@ -11,12 +11,12 @@ import numpy as np
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its sigma
 
 
-def robust_z(values: np.ndarray, rel_floor: float = 0.02) -> tuple[np.ndarray, float, float]:
+def robust_z(values: np.ndarray, rel_floor: float = 0.02, abs_floor: float = 1e-12) -> tuple[np.ndarray, float, float]:
     """z-scores against the median, scaled by MAD.
 
     ``rel_floor`` bounds the scale below by a share of the median: when peers
     agree almost perfectly (MAD ~ 0, common in lock-step training) a 1% wobble
-    must not become a z of 100.
+    must not become a z of 100; ``abs_floor`` does the same for values near zero.
     Returns (z, median, scale).
     """
     values = np.asarray(values, dtype=np.float64)
@@ -24,7 +24,7 @@ def robust_z(values: np.ndarray, rel_floor: float = 0.02) -> tuple[np.ndarray, f
         return values, float("nan"), float("nan")
     med = float(np.median(values))
     mad = float(np.median(np.abs(values - med))) * MAD_TO_SIGMA
-    scale = max(mad, abs(med) * rel_floor, 1e-12)
+    scale = max(mad, abs(med) * rel_floor, abs_floor)
     return (values - med) / scale, med, scale
 
 
