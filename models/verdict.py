@@ -71,7 +71,14 @@ def incident_id(key: tuple) -> str:
     return _digest("i1", *key)
 
 
-_encoder = msgspec.json.Encoder()
+def _enc_hook(obj: Any) -> Any:
+    """Evidence is built from numpy results: encode its scalars and arrays as plain JSON."""
+    if hasattr(obj, "tolist"):  # numpy scalar or array
+        return obj.tolist()
+    raise NotImplementedError(f"cannot encode {type(obj).__name__} in a verdict")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 _list_decoder = msgspec.json.Decoder(list[Verdict])
 _one_decoder = msgspec.json.Decoder(Verdict)
 

@@ -369,6 +369,11 @@ def _assign_victims(findings: list[Finding], p: Patterns, coll: CollectiveStats,
 
 # --- contract verdicts ----------------------------------------------------------
 
+def _plain(evidence: dict) -> dict:
+    """Evidence as plain JSON-able Python (numpy scalars become floats/ints; NaN stays NaN)."""
+    return msgspec.to_builtins(evidence, enc_hook=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
+
+
 def to_verdict(f: Finding, job: str, start_ns: int, end_ns: int, detected_at_ns: int) -> Verdict:
     key = finding_key(job, f.kind, f.component, f.scope, f.node, f.rank, f.gpu, f.fn)
     where = (f"rank {f.rank} on {f.node or '?'}" if f.scope == "rank"
@@ -381,5 +386,5 @@ def to_verdict(f: Finding, job: str, start_ns: int, end_ns: int, detected_at_ns:
         gpu=f.gpu if f.scope == "rank" else -1, fn=f.fn,
         slowdown=float(max(1.0, f.slowdown)), score=float(f.score), confidence=float(f.confidence),
         peers=sorted(int(r) for r in f.peers), victims=sorted(int(r) for r in f.victims),
-        evidence=f.evidence, summary=f"{where}: {f.summary}", incident_id=incident_id(key),
+        evidence=_plain(f.evidence), summary=f"{where}: {f.summary}", incident_id=incident_id(key),
     )
