@@ -7,6 +7,7 @@ simulate to a contract file, read it back, analyse it.
 
 from __future__ import annotations
 
+import os
 import random
 import tempfile
 import time
@@ -23,10 +24,10 @@ from .scoring import RunScore, score_run
 
 SCALES = {
     # nodes, gpus per node, steps
-    "small": (4, 8, 90),
-    "medium": (8, 8, 90),
+    "small": (4, 8, 120),
+    "medium": (8, 8, 120),
 }
-WINDOW_S = 20.0
+WINDOW_S = float(os.environ.get("EROICA_BENCH_WINDOW_S", "20"))
 
 
 @dataclass

@@ -26,6 +26,7 @@ MIN_MATERIAL = 0.005
 FULL_MATERIAL = 0.01
 RANK_SHARE = 0.8        # ... slower on >= 80% of ranks: shared, not one rank's problem
 MIN_PRESENCE = 0.5      # functions run by at least half the ranks
+MIN_STEPS = 5           # windows with fewer steps neither enter the reference nor get compared
 
 # Collectives and the loader have their own tests (links, expected behaviour).
 _SKIP_KINDS = (K_COLL, K_LOADER, K_IO)
@@ -37,6 +38,8 @@ def fn_key(name: str, stack: str) -> str:
 
 def regression_findings(p: Patterns, history: JobHistory, step_ns: float) -> list[Finding]:
     out: list[Finding] = []
+    if np.median(p.steps) < MIN_STEPS:
+        return out
     all_ranks = [int(r) for r in p.ranks]
     for f in range(len(p.fn_names)):
         if int(p.fn_kinds[f]) in _SKIP_KINDS:
@@ -78,6 +81,8 @@ def remember(p: Patterns, history: JobHistory, regressed: set[str]) -> dict[str,
     A function found regressed in this window does not enter its own reference.
     """
     ref = {k: list(v) for k, v in history.reference.items()}
+    if np.median(p.steps) < MIN_STEPS:
+        return ref
     for f in range(len(p.fn_names)):
         key = fn_key(p.fn_names[f], p.fn_stacks[f])
         if p.fn_names[f] in regressed:
