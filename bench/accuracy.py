@@ -135,3 +135,39 @@ def totals(results: list[ScenarioResult]) -> dict[str, Any]:
         "scenarios": len(results),
         "passed": sum(r.passed for r in results),
     }
+
+
+def shared_dir() -> Path:
+    """``../shared`` beside the checkout, or $EROICA_SHARED, or the workplace's /work/shared."""
+    env = os.environ.get("EROICA_SHARED")
+    if env:
+        return Path(env)
+    beside = Path(__file__).resolve().parents[1].parent / "shared"
+    return beside if beside.is_dir() else Path("/work/shared")
+
+
+@dataclass
+class RealTraceResult:
+    path: Path
+    verdicts: list[Verdict]
+    passed: bool
+    found: str
+
+
+def run_real_straggler_trace(base: Path | None = None) -> RealTraceResult | None:
+    """The OSDI'25 op-table trace: its published cause is a long last pipeline stage (ranks 6, 7)."""
+    from eroica.producers.importers.optable import import_optable
+
+    path = (base or shared_dir()) / "data" / "stragglers" / "trace-ST.parquet"
+    if not path.is_file():
+        return None
+    with tempfile.TemporaryDirectory(prefix="eroica-bench-") as tmp:
+        out = Path(tmp) / "st.jsonl"
+        import_optable(path, out)
+        verdicts = list(analyze(read_batches(out), int(WINDOW_S * 1e9)))
+    alarms = [v for v in verdicts if v.confidence >= 0.5]
+    named = {v.rank for v in alarms if v.scope == "rank"}
+    hardware = {v.component for v in verdicts} - {"workload"}
+    ok = bool(alarms) and named == {6, 7} and all(v.component == "workload" for v in alarms) and not hardware
+    found = ", ".join(sorted({f"{v.component}@rank {v.rank}" for v in alarms})) or "nothing"
+    return RealTraceResult(path, verdicts, ok, found)

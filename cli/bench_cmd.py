@@ -29,7 +29,7 @@ def accuracy(seeds: int, scales: tuple[str, ...], only: str | None, verbose: boo
     from rich.console import Console
     from rich.table import Table
 
-    from eroica.bench.accuracy import run_all, totals
+    from eroica.bench.accuracy import run_all, run_real_straggler_trace, totals
 
     console = Console(stderr=False, width=None if sys.stdout.isatty() else 200)
     table = Table(title="Eroica detection scorecard")
@@ -65,3 +65,9 @@ def accuracy(seeds: int, scales: tuple[str, ...], only: str | None, verbose: boo
         f"extra alarms on faulty runs: {t['false_alarms_faulty']}\n"
         f"scenarios passed: {t['passed']}/{t['scenarios']}"
     )
+    real = run_real_straggler_trace()
+    if real is None:
+        console.print("real trace (stragglers/trace-ST.parquet): not found (set EROICA_SHARED)")
+    else:
+        console.print(f"real trace {real.path.name} (published cause: last pipeline stage, ranks 6-7, workload): "
+                      f"{'pass' if real.passed else 'FAIL'}; found {real.found}")
