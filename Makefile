@@ -11,7 +11,8 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[stream,sink,import,test]'
+	$(PY) -m pip install -q -e '.[stream,sink,import,test,gpu]'
+	$(PY) -m pip install -q torch==2.13.0  # the tracer's tests (CPU wheel on these machines; not an extra: torch>=2.1 would pick 2.14)
 	touch $@
 
 demo: setup

@@ -55,12 +55,15 @@ def render_table(verdicts: list[Verdict]) -> None:
     console.print(table)
 
 
-@click.command()
+@click.command(epilog="""\b
+Exit codes: 0 analysed (whether or not it found something), 1 runtime error,
+2 usage error, 3 no valid record in the input.""")
 @click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True)
 @click.option("--window", "window_s", type=click.FloatRange(min=1.0), default=30.0, show_default=True,
               help="Window length in seconds (windows are aligned to the epoch).")
-def analyze(files: tuple[str, ...], fmt: str, window_s: float) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no invalid-record summary on stderr.")
+def analyze(files: tuple[str, ...], fmt: str, window_s: float, quiet: bool) -> None:
     """Analyse contract JSON Lines FILES (plain, gzip, or - for stdin) and print verdicts.
 
     \b
@@ -70,16 +73,20 @@ def analyze(files: tuple[str, ...], fmt: str, window_s: float) -> None:
       cat run.jsonl | eroica analyze - --window 20
 
     Invalid records are counted and the first reasons shown on stderr; they
-    never stop the analysis. Exits 3 when no input record is valid.
+    never stop the analysis. On a terminal a progress bar shows on stderr
+    (never when stderr is piped, nor with --quiet).
     """
     from eroica.streams.detection import analyze as run
 
     for f in files:
         if f != "-" and not click.Path(exists=True, dir_okay=False).convert(f, None, None):
             raise click.UsageError(f"no such file: {f}")
+    from .progress import track_batches
+
     tally = _Tally()
-    verdicts = list(run(tally.watch(files), int(window_s * 1e9), detected_at_ns=time.time_ns()))
-    if tally.invalid:
+    verdicts = list(run(track_batches(tally.watch(files), files, enabled=not quiet), int(window_s * 1e9),
+                        detected_at_ns=time.time_ns()))
+    if tally.invalid and not quiet:
         click.echo(f"eroica: {tally.invalid} invalid record(s) skipped; first reasons:", err=True)
         for inv in tally.first:
             click.echo(f"  {inv.describe()}", err=True)

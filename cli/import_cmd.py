@@ -7,6 +7,8 @@ import time
 
 import click
 
+from .progress import spinner
+
 
 def _report(stats, output: str, took: float) -> None:
     for w in stats.warnings:
@@ -20,7 +22,9 @@ def _fail(exc: Exception) -> None:
     sys.exit(1)
 
 
-@click.group("import")
+@click.group("import", epilog="""\b
+Exit codes: 0 imported, 1 unreadable or unusable input (or a missing extra),
+2 usage error. On a terminal a spinner runs while importing.""")
 def import_() -> None:
     """Import real traces (PyTorch profiler, per-operation tables) as contract JSON Lines.
 
@@ -58,8 +62,9 @@ def kineto(files: tuple[str, ...], output: str, job: str | None, node: str | Non
 
     t0 = time.perf_counter()
     try:
-        stats = import_kineto(list(files), output, job=job, node=node, gpus_per_node=gpus_per_node,
-                              default_group=default_group)
+        with spinner(f"importing {len(files)} trace(s)"):
+            stats = import_kineto(list(files), output, job=job, node=node, gpus_per_node=gpus_per_node,
+                                  default_group=default_group)
     except (ImportFailed, OSError) as exc:
         _fail(exc)
     _report(stats, output, time.perf_counter() - t0)
@@ -104,8 +109,9 @@ def optable(file: str, output: str, meta: str | None, job: str | None, gpus_per_
             click.echo(f"using meta {meta}", err=True)
     t0 = time.perf_counter()
     try:
-        stats = import_optable(file, output, meta_path=meta, job=job, gpus_per_node=gpus_per_node,
-                               start_ns=DEFAULT_START_NS if start_ns is None else start_ns)
+        with spinner(f"importing {Path(file).name}"):
+            stats = import_optable(file, output, meta_path=meta, job=job, gpus_per_node=gpus_per_node,
+                                   start_ns=DEFAULT_START_NS if start_ns is None else start_ns)
     except ImportError as exc:
         _fail(RuntimeError(f"{exc.name or exc} is missing: pip install 'eroica[import]'"))
     except (ImportFailed, OSError) as exc:

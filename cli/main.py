@@ -21,6 +21,19 @@ COMMANDS: dict[str, str] = {
     "simulate": "simulate_cmd:simulate",
     "analyze": "analyze_cmd:analyze",
     "replay": "replay_cmd:replay",
+    "alert": "alert_cmd:alert",
+    "report": "report_cmd:report",
+    "worker": "worker_cmd:worker",
+    "import": "import_cmd:import_",
+    "sink": "sink_cmd:sink",
+    "up": "up_cmd:up",
+    "status": "status_cmd:status",
+    "verdicts": "verdicts_cmd:verdicts",
+    "sql": "sql_cmd:sql",
+    "demo": "demo_cmd:demo",
+    "bench": "bench_cmd:bench",
+    "trace": "trace_cmd:trace",
+    "agent": "agent_cmd:agent",
 }
 
 EXIT_NO_VALID_RECORD = 3

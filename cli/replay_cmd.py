@@ -26,7 +26,9 @@ def _parse_rate(value: str) -> float | None:
     return rate
 
 
-@click.command()
+@click.command(epilog="""\b
+Exit codes: 0 everything delivered, 1 broker unreachable or a delivery
+failed, 2 usage error, 3 no valid record in the input.""")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--rate", default="max", show_default=True, metavar="N|max",
               help="Records per second to replay at, or 'max' for as fast as the broker takes them.")
@@ -36,12 +38,20 @@ def _parse_rate(value: str) -> float | None:
               help="Most records per frame [default: $EROICA_KAFKA_FRAME_RECORDS or 1000].")
 @click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               metavar="SECONDS", help="Give up when the broker does not answer within this time.")
+@click.option("-q", "--quiet", is_flag=True, help="Errors only: no progress, no summary on stderr.")
 def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, frame_records: int | None,
-           connect_timeout: float) -> None:
+           connect_timeout: float, quiet: bool) -> None:
     """Replay telemetry-v1 JSONL FILE(s) (gzip or '-' for stdin) onto Kafka as columnar frames.
 
     Valid records go to the raw topic, invalid lines to the dead-letter topic,
     and an end-of-stream marker per rank/node follows when all files are read.
+    On a terminal a spinner counts the messages sent (not when piped, nor with --quiet).
+
+    \b
+    Examples:
+      eroica replay run.jsonl --kafka 127.0.0.1:40123
+      eroica replay run.jsonl.gz --rate 20000
+      eroica simulate -o - --fault nic:node=2 | eroica replay -
     """
     from eroica.producers.kafka.config import KafkaConfig
     from eroica.producers.kafka.replay import ReplayError, ReplayResult
@@ -63,8 +73,18 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, frame_recor
                 f"{p.failed} failed; {r.seconds:.2f} s, {r.records_per_s:,.0f} records/s "
                 f"(broker {config.bootstrap})")
 
+    from .progress import progress_wanted, spinner
+
+    publisher = None
+    if progress_wanted(not quiet):
+        from eroica.producers.kafka.publisher import FramePublisher
+
+        publisher = _Counting(FramePublisher.for_replay(config))
     try:
-        result = run_replay(files, config, per_s, connect_timeout_s=connect_timeout)
+        with spinner(f"replaying to {config.bootstrap}", enabled=publisher is not None) as status:
+            if publisher is not None:
+                publisher.status = status
+            result = run_replay(files, config, per_s, connect_timeout_s=connect_timeout, publisher=publisher)
     except ReplayError as exc:
         click.echo(f"eroica replay: {exc}", err=True)
         click.echo(summary(exc.result), err=True)
@@ -72,6 +92,28 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, frame_recor
     except OSError as exc:
         click.echo(f"eroica replay: {exc}", err=True)
         sys.exit(1)
-    click.echo(summary(result), err=True)
+    finally:
+        if publisher is not None:
+            publisher.close(timeout_s=5.0)
+    if not quiet:
+        click.echo(summary(result), err=True)
     if result.records + result.jobs == 0:
         sys.exit(EXIT_NO_VALID_RECORD)
+
+
+class _Counting:
+    """A publisher that reports the messages sent to a spinner (terminal runs only)."""
+
+    def __init__(self, publisher: object) -> None:
+        self._pub = publisher
+        self.sent = 0
+        self.status = None
+
+    def publish(self, topic: str, value: bytes, key: str | bytes | None = None) -> bool:
+        self.sent += 1
+        if self.status is not None and self.sent % 200 == 0:
+            self.status.update(f"{self.sent:,} messages")
+        return self._pub.publish(topic, value, key)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._pub, name)

@@ -13,6 +13,7 @@ EROICA_KAFKA_TOPIC_INGEST           eroica.ingest        contract JSON lines sen
 EROICA_KAFKA_TOPIC_DEADLETTER       eroica.deadletter    rejected input, JSON {source,line,reason,raw}
 EROICA_KAFKA_TOPIC_SUMMARIES        eroica.summaries     per-window summaries (stream processors)
 EROICA_KAFKA_TOPIC_VERDICTS         eroica.verdicts      verdicts, one JSON object per message
+EROICA_KAFKA_TOPIC_PATTERNS         eroica.patterns      per-window function summaries (msgpack list of WindowSummary)
 EROICA_KAFKA_PARTITIONS             8                    partitions of each topic we create
 EROICA_KAFKA_FRAME_RECORDS          1000                 most records in one frame
 EROICA_KAFKA_LINGER_MS              20                   producer linger (batching delay)
@@ -40,6 +41,7 @@ _ENV_NAMES = {
     "deadletter_topic": "TOPIC_DEADLETTER",
     "summaries_topic": "TOPIC_SUMMARIES",
     "verdicts_topic": "TOPIC_VERDICTS",
+    "patterns_topic": "TOPIC_PATTERNS",
     "partitions": "PARTITIONS",
     "frame_records": "FRAME_RECORDS",
     "linger_ms": "LINGER_MS",
@@ -60,6 +62,7 @@ class KafkaConfig:
     deadletter_topic: str = "eroica.deadletter"
     summaries_topic: str = "eroica.summaries"
     verdicts_topic: str = "eroica.verdicts"
+    patterns_topic: str = "eroica.patterns"
     partitions: int = 8
     frame_records: int = 1000
     linger_ms: int = 20
@@ -107,7 +110,8 @@ class KafkaConfig:
 
     @staticmethod
     def topic_fields() -> tuple[str, ...]:
-        return ("raw_topic", "ingest_topic", "deadletter_topic", "summaries_topic", "verdicts_topic")
+        return ("raw_topic", "ingest_topic", "deadletter_topic", "summaries_topic", "verdicts_topic",
+                "patterns_topic")
 
     def topics(self) -> dict[str, int]:
         """Every topic with its partition count, for ``create_topics``."""

@@ -87,6 +87,26 @@ def split_frames(cols: Columns, max_records: int = DEFAULT_FRAME_RECORDS) -> Ite
             yield FrameSlice(key, job, rank, node, cols.take(rows[lo:lo + max_records]))
 
 
+def _time_cuts(ts: np.ndarray, size: int, span_ns: int) -> list[int]:
+    """Frame boundaries over one key's records: at most ``size`` records and ``span_ns`` of event time each.
+
+    Returns ``[0, b1, ..., bk]``: frames ``[b_i, b_i+1)``; records from ``bk`` on
+    are an incomplete frame (fewer than ``size`` and within ``span_ns`` of its
+    first record). Spans are measured on the running maximum of ``ts`` (input
+    order is kept), one ``searchsorted`` per frame.
+    """
+    run = np.maximum.accumulate(ts) if len(ts) else ts
+    cuts = [0]
+    lo, n = 0, len(ts)
+    while lo < n:
+        hi = min(lo + size, int(np.searchsorted(run, run[lo] + span_ns, side="right")))
+        if hi == n and hi - lo < size:
+            break  # the tail: not yet full, not yet too long
+        cuts.append(hi)
+        lo = hi
+    return cuts
+
+
 class FrameAccumulator:
     """Cuts full frames across batches, holding each key's remainder for the next batch.
 
@@ -95,13 +115,27 @@ class FrameAccumulator:
     message (streaming-notes.md: 100 records per message is ~5x slower to
     process than 1000). Holding at most ``max_records - 1`` records per key
     keeps memory bounded; :meth:`drain` emits the remainders at the end.
+
+    ``max_lag_ns`` also bounds frames in *event time*: no frame spans more than
+    ``max_lag_ns``, and once a key's oldest held record is more than
+    ``max_lag_ns`` older than the newest record the accumulator has seen (any
+    key, any type), it goes out as a short frame, as a live agent flushes on
+    count or on time (every 250-500 ms).
+    Without it, a sparse stream (2 GPU samples a second) would be held until
+    1000 records or the end of the file, and reach a stream processor long
+    after the windows it belongs to have closed (streams/faust summariser).
     """
 
-    def __init__(self, max_records: int = DEFAULT_FRAME_RECORDS) -> None:
+    def __init__(self, max_records: int = DEFAULT_FRAME_RECORDS, max_lag_ns: int | None = None) -> None:
         if max_records < 1:
             raise ValueError(f"max_records must be >= 1, got {max_records}")
+        if max_lag_ns is not None and max_lag_ns < 0:
+            raise ValueError(f"max_lag_ns must be >= 0, got {max_lag_ns}")
         self.max_records = max_records
+        self.max_lag_ns = max_lag_ns
         self._pending: dict[tuple[str, str], FrameSlice] = {}
+        self._oldest: dict[tuple[str, str], int] = {}  # event time of each remainder's oldest record
+        self._newest = -1
 
     @property
     def pending_records(self) -> int:
@@ -117,14 +151,31 @@ class FrameAccumulator:
                 # compact first: concat walks whole vocabularies in Python, and a
                 # batch's vocabulary spans every rank's functions and stacks
                 part = concat([held.cols, compact_vocab(part)])
-            full = len(part) - len(part) % size
-            for lo in range(0, full, size):
-                yield FrameSlice(key, job, rank, node, part.take(slice(lo, lo + size)))
+            if self.max_lag_ns is None:
+                full = len(part) - len(part) % size
+                for lo in range(0, full, size):
+                    yield FrameSlice(key, job, rank, node, part.take(slice(lo, lo + size)))
+            else:
+                cuts = _time_cuts(part.arrays["ts_ns"], size, self.max_lag_ns)
+                for lo, hi in zip(cuts[:-1], cuts[1:]):
+                    yield FrameSlice(key, job, rank, node, part.take(slice(lo, hi)))
+                full = cuts[-1]
             if full < len(part):
                 rest = compact_vocab(part.take(slice(full, len(part))))
                 self._pending[(cols.type, key)] = FrameSlice(key, job, rank, node, rest)
+                if self.max_lag_ns is not None:
+                    self._oldest[(cols.type, key)] = int(rest.arrays["ts_ns"].min())
+            else:
+                self._oldest.pop((cols.type, key), None)
+        if self.max_lag_ns is not None and len(cols):
+            self._newest = max(self._newest, int(cols.arrays["ts_ns"].max()))
+            horizon = self._newest - self.max_lag_ns
+            for k in [k for k, oldest in self._oldest.items() if oldest < horizon]:
+                del self._oldest[k]
+                yield self._pending.pop(k)
 
     def drain(self) -> Iterator[FrameSlice]:
         """The held remainders, one short frame per key; the accumulator is empty afterwards."""
         pending, self._pending = self._pending, {}
+        self._oldest = {}
         yield from pending.values()

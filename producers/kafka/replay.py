@@ -37,6 +37,10 @@ from .publisher import FramePublisher, PublisherStats
 log = logging.getLogger(__name__)
 
 FLUSH_TIMEOUT_S = 60.0
+# No frame spans more event time than this, and a key's held remainder goes out once it
+# is this far behind the newest record: no frame reaches the stream processors after
+# its windows closed (their lateness must exceed it; default window and lateness: 30 s).
+MAX_LAG_NS = 5_000_000_000
 
 
 @dataclass
@@ -97,6 +101,26 @@ class _Pacer:
             self.publisher.poll(min(ahead, 0.05))
 
 
+def _time_ordered(frames: list[FrameSlice], last_start: dict[tuple[str, str], int]) -> list[FrameSlice]:
+    """A batch's frames in event-time order across record types, as a live collector sends them.
+
+    The reader hands a batch type by type (all function records, then GPU
+    samples...); sent in that order, a paced replay would deliver a rank's GPU
+    samples long after its functions of the same seconds, and stream processors
+    would close windows without them. Frames are ordered by their oldest
+    record, never before an earlier frame of the same key and type (whose
+    order the consumers rely on).
+    """
+    order = []
+    for i, f in enumerate(frames):
+        k = (f.cols.type, f.key)
+        t = max(int(f.cols.arrays["ts_ns"].min()), last_start.get(k, -1))
+        last_start[k] = t
+        order.append((t, i))
+    order.sort()
+    return [frames[i] for _, i in order]
+
+
 def ensure_topics(config: KafkaConfig, timeout_s: float = 10.0) -> None:
     """Check the broker answers, then create the raw and dead-letter topics if missing.
 
@@ -134,7 +158,8 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
     producer_id = uuid.uuid4().hex[:12]
     keys: dict[str, _KeyState] = {}
     pacer = _Pacer(rate, pub)
-    frames = FrameAccumulator(config.frame_records)
+    frames = FrameAccumulator(config.frame_records, max_lag_ns=MAX_LAG_NS)
+    last_start: dict[tuple[str, str], int] = {}
 
     def check() -> None:
         if pub.stats.failed:
@@ -164,10 +189,10 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
                 for job in batch.jobs:
                     pub.publish(config.raw_topic, encode_job(job), key=job.job)
                     result.jobs += 1
-                for cols in batch.columns.values():
-                    for frame in frames.add(cols):
-                        send(frame)
-        for frame in frames.drain():
+                ready = [frame for cols in batch.columns.values() for frame in frames.add(cols)]
+                for frame in _time_ordered(ready, last_start):
+                    send(frame)
+        for frame in _time_ordered(list(frames.drain()), last_start):
             send(frame)
         per_job = Counter(s.job for s in keys.values())
         for key, s in keys.items():

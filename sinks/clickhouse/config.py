@@ -38,11 +38,19 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["ClickHouseConfig", "RetryPolicy", "check_identifier", "DEFAULT_URL"]
+__all__ = ["ClickHouseConfig", "RetryPolicy", "check_identifier", "DEFAULT_URL", "ENV_VARS"]
 
 DEFAULT_URL = "clickhouse://127.0.0.1:9000/eroica"
 DEFAULT_DATABASE = "eroica"
 Backend = Literal["native", "chdb"]
+
+# Every variable from_env reads (deployments are checked against it: tests/test_compose.py).
+ENV_VARS: tuple[str, ...] = (
+    "EROICA_CLICKHOUSE_URL", "EROICA_CLICKHOUSE_DATABASE", "EROICA_CLICKHOUSE_USER", "EROICA_CLICKHOUSE_PASSWORD",
+    "EROICA_CLICKHOUSE_VERDICTS_TABLE", "EROICA_CLICKHOUSE_SUMMARIES_TABLE", "EROICA_CLICKHOUSE_BATCH_SIZE",
+    "EROICA_CLICKHOUSE_RETRY_ATTEMPTS", "EROICA_CLICKHOUSE_RETRY_INITIAL_S", "EROICA_CLICKHOUSE_RETRY_MAX_S",
+    "EROICA_CLICKHOUSE_RETRY_DEADLINE_S", "EROICA_CLICKHOUSE_CONNECT_TIMEOUT_S", "EROICA_CLICKHOUSE_QUERY_TIMEOUT_S",
+)
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 

@@ -1,0 +1,71 @@
+"""``eroica agent``: sample this node's GPU, NIC and host counters and publish them."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+import click
+
+
+@click.command()
+@click.option("--job", required=True, help="Training job id the samples belong to.")
+@click.option("--kafka", "bootstrap", default=None, metavar="HOST:PORT",
+              help="Publish frames to this Kafka broker (never blocks: a full queue drops and counts).")
+@click.option("--out", "out", type=click.Path(dir_okay=False, allow_dash=False), default=None,
+              help="Append contract JSON Lines to this file.")
+@click.option("--interval", "interval_s", type=click.FloatRange(0.1, 60.0), default=0.5, show_default=True,
+              help="Seconds between samples (0.1-0.5 for the contract's 2-10 Hz).")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0.0), default=None,
+              help="Stop after this many seconds [default: until Ctrl-C / SIGTERM].")
+@click.option("--node", default=None, help="Node name [default: $EROICA_NODE or the host name].")
+@click.option("--rank-base", type=click.IntRange(min=0), default=None,
+              help="Global rank of this node's GPU 0 when NVML cannot tell which rank uses a GPU "
+                   "[default: from GROUP_RANK/NODE_RANK, else 0].")
+@click.option("--root", default="/", show_default=True, hidden=True,
+              help="Root of the /proc and /sys trees (tests).")
+def agent(job: str, bootstrap: str | None, out: str | None, interval_s: float, duration_s: float | None,
+          node: str | None, rank_base: int | None, root: str) -> None:
+    """Sample this node's counters (GPU via NVML, NIC via sysfs, host via /proc) and publish them.
+
+    \b
+    Examples:
+      eroica agent --job llama-7b --out node.jsonl --duration 60
+      eroica agent --job llama-7b --kafka broker:9092
+
+    Without an NVIDIA driver it says so once and samples NIC and host counters.
+    """
+    from eroica.producers.agent import NodeAgent
+    from eroica.producers.counters.gpu import GpuSampler, env_rank_base
+    from eroica.producers.counters.sampler import NodeSampler
+    from eroica.producers.sinks import hostname, make_sink
+
+    if (bootstrap is None) == (out is None):
+        raise click.UsageError("give exactly one of --kafka HOST:PORT or --out FILE")
+    logging.basicConfig(level=logging.WARNING, format="eroica agent: %(message)s", stream=sys.stderr)
+    gpu = GpuSampler(proc_root=f"{root.rstrip('/')}/proc")
+    if rank_base is None:
+        rank_base = env_rank_base(len(gpu.handles))
+    gpu.rank_base = rank_base
+    sampler = NodeSampler(job, node or hostname(), root=root, gpu=gpu)
+    if bootstrap:
+        from eroica.producers.tracer.launch import prepare_kafka
+
+        prepare_kafka(bootstrap)
+    try:
+        sink = make_sink(path=out, kafka=bootstrap)
+    except Exception as exc:
+        raise click.ClickException(f"cannot publish to {bootstrap or out}: {exc}") from None
+    runner = NodeAgent(sampler, sink, interval_s)
+    print(f"eroica agent: node {sampler.node}: {sampler.describe()}; every {interval_s:g} s to "
+          f"{('kafka ' + bootstrap) if bootstrap else out}", file=sys.stderr, flush=True)
+
+    def stop(signum: int, frame: object) -> None:
+        runner._stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    runner.run(duration_s)
+    print(f"eroica agent: {runner.samples} samples, {runner.records} records"
+          + (f", {runner.errors} failed samples" if runner.errors else ""), file=sys.stderr, flush=True)

@@ -1,0 +1,72 @@
+"""``eroica sql "SELECT ..."``: one read-only statement against the verdict store."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .stack_options import clickhouse_option, data_dir_option, resolve_data_dir
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+@click.command("sql")
+@click.argument("statement")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "tsv"]), default="table", show_default=True)
+@clickhouse_option
+@data_dir_option
+def sql(statement: str, fmt: str, clickhouse_url: str | None, data_dir: Path | None) -> None:
+    """Run one read statement (SELECT, WITH, SHOW, DESCRIBE, EXISTS) and print the rows.
+
+    \b
+    Examples:
+      eroica sql "SELECT job, component, rank, summary FROM eroica.verdicts FINAL"
+      eroica sql "SHOW TABLES FROM eroica" --format tsv
+    """
+    from eroica.sinks.clickhouse.client import ClickHouseError
+    from eroica.sinks.clickhouse.readonly import ReadOnlySQLError
+    from eroica.stack.query import resolve_query_target
+
+    try:
+        target = resolve_query_target(clickhouse_url, resolve_data_dir(data_dir))
+        try:
+            res = target.sql(statement)
+        finally:
+            target.close()
+    except ReadOnlySQLError as exc:
+        raise click.UsageError(f"refused: {exc}") from None
+    except (ClickHouseError, ValueError) as exc:
+        click.echo(f"eroica sql: {exc}", err=True)
+        sys.exit(1)
+    if fmt == "json":
+        import msgspec
+
+        rows = [dict(zip(res.columns, r, strict=True)) for r in res.rows]
+        # msgspec writes NaN/inf as null (json.dumps would write invalid JSON) and dates as text.
+        sys.stdout.buffer.write(msgspec.json.encode(rows, enc_hook=str) + b"\n")
+    elif fmt == "tsv":
+        click.echo("\t".join(res.columns))
+        for r in res.rows:
+            click.echo("\t".join(_cell(v) for v in r))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table()
+        for c in res.columns:
+            table.add_column(c, overflow="fold")
+        for r in res.rows:
+            table.add_row(*(_cell(v) for v in r))
+        Console().print(table)
+        click.echo(f"{len(res.rows)} row(s)", err=True)

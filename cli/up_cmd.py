@@ -1,0 +1,116 @@
+"""``eroica up``: run the single-machine stack in the foreground until Ctrl-C or SIGTERM.
+
+Broker (tansu, unless ``--kafka``), topics, ``eroica worker summariser``,
+``eroica worker detector`` and ``eroica sink`` (chdb in the data directory,
+unless ``--clickhouse``), supervised; state in ``DATA_DIR/stack.json`` (see
+``stack/state.py``). One stack per data directory (a lock file enforces it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+import click
+
+from .stack_options import data_dir_option, resolve_data_dir
+
+
+class _Interrupted(Exception):
+    """A stop signal arrived while the stack was still starting."""
+
+
+def _lock(data_dir: Path) -> IO[str]:
+    """Hold ``stack.lock`` for this process's lifetime; UsageError when another stack holds it."""
+    from eroica.stack.state import LOCK_FILE, read_state
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(data_dir / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        pid = (read_state(data_dir) or {}).get("pid", "?")
+        raise click.UsageError(f"a stack already runs in {data_dir} (pid {pid}); "
+                               "stop it or use another --data-dir") from None
+    return handle
+
+
+@click.command("up")
+@data_dir_option
+@click.option("--kafka", "bootstrap", default=None, metavar="HOST:PORT",
+              help="Use this Kafka instead of starting a tansu broker on 127.0.0.1.")
+@click.option("--clickhouse", "clickhouse_url", default=None, metavar="clickhouse://HOST:9000/DB",
+              help="Use this ClickHouse server instead of chdb in DATA_DIR/chdb.")
+@click.option("--restart/--no-restart", default=True, show_default=True,
+              help="Restart a crashed child (up to 3 times, 1/2/4 s apart).")
+@click.option("--stop-timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
+              metavar="SECONDS", help="Grace period per shutdown stage before SIGKILL.")
+@click.option("--ready-timeout", type=click.FloatRange(min=1.0), default=90.0, show_default=True,
+              metavar="SECONDS", help="Give up when a part does not answer within this time at start.")
+def up(data_dir: Path | None, bootstrap: str | None, clickhouse_url: str | None, restart: bool,
+       stop_timeout: float, ready_timeout: float) -> None:
+    """Run broker, stream workers and ClickHouse sink on this machine until Ctrl-C."""
+    from eroica.stack.local import LocalStack, StackError
+    from eroica.stack.tansu import BrokerError
+
+    if clickhouse_url and not clickhouse_url.startswith(("clickhouse://", "clickhouses://", "chdb://")):
+        raise click.BadParameter("use clickhouse://HOST:9000/DB (or chdb:///DIR)", param_hint="--clickhouse")
+    root = resolve_data_dir(data_dir).resolve()
+    lock = _lock(root)
+    stop = threading.Event()
+    started = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        first = not stop.is_set()
+        stop.set()
+        if first and not started.is_set():  # abort start-up once; a second signal must not abort the cleanup
+            raise _Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stack = LocalStack(root, kafka=bootstrap, clickhouse_url=clickhouse_url, restart=restart,
+                       stop_timeout_s=stop_timeout)
+    try:
+        stack.start(ready_timeout_s=ready_timeout)
+        started.set()
+    except _Interrupted as exc:
+        click.echo(f"eroica up: {exc} during start-up; stopped", err=True)
+        sys.exit(1)
+    except (StackError, BrokerError) as exc:
+        click.echo(f"eroica up: {exc}", err=True)
+        sys.exit(1)
+    _print_summary(stack)
+    try:
+        while not stop.wait(0.5):
+            stack.supervise_once()
+    finally:
+        click.echo("eroica up: stopping (workers, then sink, then broker)...", err=True)
+        stack.stop()
+        lock.close()
+    click.echo("eroica up: stopped", err=True)
+
+
+def _print_summary(stack: object) -> None:
+    from eroica.stack.local import LocalStack
+
+    assert isinstance(stack, LocalStack)
+    d = stack.data_dir
+    lines = [f"Eroica stack up (pid {os.getpid()}), data in {d}",
+             f"  kafka        {stack.bootstrap}" + (" (tansu, memory storage)" if stack.broker else ""),
+             f"  clickhouse   {stack.sink_clickhouse_url}"]
+    for name, svc in stack.services.items():
+        lines.append(f"  {name:<12} pid {svc.pid}, {svc.health_url}, log {svc.log_path}")
+    flag = "" if str(d) == str(resolve_data_dir(None).resolve()) else f" --data-dir {d}"
+    lines += ["",
+              f"  eroica status{flag}",
+              f"  eroica replay --kafka {stack.bootstrap} run.jsonl",
+              f"  eroica verdicts{flag}",
+              f"  eroica sql{flag} \"SELECT job, component, summary FROM eroica.verdicts FINAL\"",
+              "Ctrl-C (or SIGTERM) stops everything."]
+    click.echo("\n".join(lines))

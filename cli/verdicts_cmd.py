@@ -1,0 +1,69 @@
+"""``eroica verdicts``: the verdicts stored in ClickHouse (server, running stack, or chdb dir)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from .stack_options import clickhouse_option, data_dir_option, resolve_data_dir
+
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+def parse_since(value: str | None, now_ns: int | None = None) -> int | None:
+    """``90s``/``15m``/``1h``/``2d``/``1w`` before now -> ns since the epoch; ``all``/None -> no bound."""
+    if value is None or value.strip().lower() in ("", "all"):
+        return None
+    m = _DURATION.match(value.lower())
+    if not m:
+        raise click.BadParameter(f"{value!r}: use a duration like 90s, 15m, 1h, 2d, 1w (or 'all')",
+                                 param_hint="--since")
+    now = time.time_ns() if now_ns is None else now_ns
+    return max(0, now - int(float(m.group(1)) * _UNITS_S[m.group(2)] * 1_000_000_000))
+
+
+def _components() -> list[str]:
+    from eroica.models.verdict import COMPONENTS
+
+    return list(COMPONENTS)
+
+
+@click.command("verdicts")
+@click.option("--job", default=None, help="Only this job.")
+@click.option("--since", default=None, metavar="DURATION",
+              help="Only windows ending within this long before now (90s, 15m, 1h, 2d, 1w) [default: all].")
+@click.option("--component", type=click.Choice(_components()), default=None, help="Only this component.")
+@click.option("--limit", type=click.IntRange(min=1, max=100_000), default=100, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@clickhouse_option
+@data_dir_option
+def verdicts(job: str | None, since: str | None, component: str | None, limit: int, fmt: str,
+             clickhouse_url: str | None, data_dir: Path | None) -> None:
+    """List stored verdicts, newest window first (JSON: one array of contract verdicts)."""
+    from eroica.models.verdict import encode_verdicts
+    from eroica.sinks.clickhouse.client import ClickHouseError
+    from eroica.stack.query import resolve_query_target
+
+    since_ns = parse_since(since)
+    try:
+        target = resolve_query_target(clickhouse_url, resolve_data_dir(data_dir))
+        try:
+            found = target.verdicts(job=job, since_ns=since_ns, component=component, limit=limit)
+        finally:
+            target.close()
+    except (ClickHouseError, ValueError) as exc:
+        click.echo(f"eroica verdicts: {exc}", err=True)
+        sys.exit(1)
+    if fmt == "json":
+        sys.stdout.buffer.write(encode_verdicts(found) + b"\n")
+    elif not found:
+        click.echo("no verdict stored" + (" matching the filters" if job or since_ns or component else ""))
+    else:
+        from .analyze_cmd import render_table
+
+        render_table(found)

@@ -1,0 +1,103 @@
+"""GPU-side timings from CUDA events, resolved off the training thread.
+
+The training thread only records two events per timed region (``start`` /
+``stop``: a few microseconds, no synchronisation). The tracer's writer thread
+later asks each pair whether the GPU has passed it (``query()``, never a
+blocking wait) and turns it into a record: the duration is
+``start.elapsed_time(end)``, and the start time on the wall clock comes from
+an *anchor*: an event recorded on an idle side stream and synchronised by the
+writer thread, whose wall time is therefore known to a few microseconds; any
+event's wall time is the anchor's plus ``anchor.elapsed_time(event)``. The
+anchor is taken when the timer is created and renewed every ``ANCHOR_S``
+seconds (GPU and host clocks drift apart slowly), only once every pending
+event has been resolved, so an event is never timed against an anchor
+recorded after it.
+
+Pending pairs are bounded like the record queue: past ``MAX_PENDING`` the new
+pair is dropped and counted. Names get a ``[gpu]`` suffix (``Net.forward[gpu]``,
+kind ``kernel``): the same name as the host span would make two kinds of one
+function in the detector.
+
+No torch import at module level; everything goes through the ``torch`` object
+handed in, so tests drive it with stand-in events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+ANCHOR_S = 30.0
+MAX_PENDING = 20_000
+GPU_SUFFIX = "[gpu]"
+
+
+class CudaTimer:
+    """Event pairs for GPU regions; :meth:`resolve` turns finished pairs into tracer records."""
+
+    def __init__(self, torch: Any, device: int | None = None) -> None:
+        self.torch = torch
+        self.device = torch.cuda.current_device() if device is None else device
+        self.pending: deque = deque()
+        self.dropped = 0
+        self.active = True
+        self._side_stream = None
+        self._anchor: tuple[Any, int] = self._new_anchor()
+        self._anchor_at = time.monotonic()
+
+    # -- training thread ---------------------------------------------------------
+
+    def start(self) -> Any:
+        ev = self.torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def stop(self, start: Any, fn: str, kind: str, step: int, extra: tuple | None = None,
+             suffix: bool = True) -> None:
+        """Close a region opened by :meth:`start`; ``suffix`` adds ``[gpu]`` (regions that also have a host span)."""
+        if len(self.pending) >= MAX_PENDING:
+            self.dropped += 1
+            return
+        end = self.torch.cuda.Event(enable_timing=True)
+        end.record()
+        self.pending.append((start, end, fn + GPU_SUFFIX if suffix else fn, kind, step, extra))
+
+    # -- writer thread -------------------------------------------------------------
+
+    def _new_anchor(self) -> tuple[Any, int]:
+        cuda = self.torch.cuda
+        if self._side_stream is None:
+            self._side_stream = cuda.Stream(device=self.device)
+        ev = cuda.Event(enable_timing=True)
+        with cuda.stream(self._side_stream):
+            ev.record()
+        ev.synchronize()
+        return ev, time.time_ns()
+
+    def resolve(self, tracer: Any, final: bool = False) -> int:
+        """Emit every finished pair at the head of the queue (in record order); returns how many."""
+        if not self.pending:
+            return 0
+        anchor, anchor_ns = self._anchor
+        n = 0
+        while self.pending:
+            start, end, fn, kind, step, extra = self.pending[0]
+            if not end.query():
+                if final:
+                    end.synchronize()
+                else:
+                    break
+            self.pending.popleft()
+            try:
+                dur_ms = start.elapsed_time(end)
+                offset_ms = anchor.elapsed_time(start)
+            except Exception:
+                continue  # events of another device, or never recorded
+            ts = anchor_ns + int(offset_ms * 1e6)
+            tracer.emit(fn, kind, ts, max(0, int(dur_ms * 1e6)), step, extra)
+            n += 1
+        now = time.monotonic()
+        if not self.pending and now - self._anchor_at >= ANCHOR_S:
+            self._anchor, self._anchor_at = self._new_anchor(), now
+        return n

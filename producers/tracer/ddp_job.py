@@ -1,0 +1,131 @@
+"""A small DistributedDataParallel job on gloo (CPU) with an optional slow rank.
+
+Used by the tracer's end-to-end test and by the overhead benchmark; it knows
+nothing of Eroica (that is the point: ``eroica trace`` must find the slow
+rank without any change here). Run it under torchrun::
+
+    torchrun --standalone --nproc-per-node 4 -m eroica.producers.tracer.ddp_job --seconds 10 \\
+        --slow-rank 2 --slow-factor 1.5
+
+``--slow-rank R --slow-factor F`` makes rank R's forward do F times more
+compute (extra matrix products beside the model's own, whose results are
+discarded), the way one rank with a slower chip or a busier CPU would;
+``--slow-data-ms M`` makes its input pipeline take M ms more per batch.
+``--stats FILE`` (rank 0) writes the per-step wall times as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self, width: int, depth: int, extra: float = 0.0) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Linear(64, width), nn.ReLU()]
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        layers.append(nn.Linear(width, 10))
+        self.body = nn.Sequential(*layers)
+        self.extra = extra
+        self.burn = torch.randn(width, width)  # a plain tensor: not a parameter, not a buffer DDP syncs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.body(x)
+        if self.extra > 0:
+            # The slow rank's extra work: `extra` times as many width x width products as the model has.
+            with torch.no_grad():
+                h = torch.randn(x.shape[0], self.burn.shape[0])
+                whole, frac = divmod(self.extra * (len(self.body) // 2), 1.0)
+                for _ in range(int(whole) + (1 if torch.rand(()) < frac else 0)):
+                    h = torch.relu(h @ self.burn)
+        return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=None, help="train this long (rank 0 decides when to stop)")
+    ap.add_argument("--steps", type=int, default=200, help="train this many steps (without --seconds)")
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--slow-rank", type=int, default=-1)
+    ap.add_argument("--slow-factor", type=float, default=0.0, help="extra forward compute on the slow rank")
+    ap.add_argument("--slow-data-ms", type=float, default=0.0, help="extra time per batch in the slow rank's loader")
+    ap.add_argument("--stats", default=None, help="rank 0 writes step times here (JSON)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cpu-from-step", type=int, default=0,
+                    help="measure each rank's CPU time (all its threads) from this step on; reported in --stats")
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed + rank)
+    n = args.batch * 64
+    data = TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,)))
+    slow_data = args.slow_data_ms / 1e3 if rank == args.slow_rank else 0.0
+
+    def collate(items):  # the slow rank's input pipeline takes longer per batch (a slow disk, a busy decoder)
+        if slow_data:
+            time.sleep(slow_data)
+        return torch.utils.data.default_collate(items)
+
+    loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True, collate_fn=collate)
+    model = DDP(Net(args.width, args.depth, args.slow_factor if rank == args.slow_rank else 0.0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    step_times: list[float] = []
+    start = last = time.perf_counter()
+    step = 0
+    cpu_start = time.process_time()
+    stop = torch.zeros(1)
+    while True:
+        for x, y in loader:
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            now = time.perf_counter()
+            step_times.append(now - last)
+            last = now
+            step += 1
+            if step == args.cpu_from_step:
+                cpu_start = time.process_time()
+            if args.seconds is not None:
+                # every rank must agree when to stop: rank 0 decides, one small all-reduce tells all
+                stop.fill_(1.0 if rank == 0 and now - start >= args.seconds else 0.0)
+                dist.all_reduce(stop)
+                done = bool(stop.item())
+            else:
+                done = step >= args.steps
+            if done:
+                break
+        else:
+            continue
+        break
+
+    # CPU seconds per step of each rank's process over the measured steps, averaged over ranks
+    cpu = torch.tensor([(time.process_time() - cpu_start) / max(1, step - args.cpu_from_step)], dtype=torch.float64)
+    dist.all_reduce(cpu)
+    if rank == 0 and args.stats:
+        with open(args.stats, "w") as fh:
+            json.dump({"world_size": world, "steps": step, "step_times": step_times,
+                       "cpu_per_step_s": float(cpu) / world,
+                       "seconds": time.perf_counter() - start, "pid": os.getpid()}, fh)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""``eroica trace --kafka``: every rank and the node agent publish frames straight to a real broker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("confluent_kafka")
+
+from eroica.models.columns import concat, to_records  # noqa: E402
+from eroica.models.frames import COLUMNS, END_OF_STREAM, decode_end_of_stream, decode_frame, frame_kind  # noqa: E402
+
+PROG = """
+import torch, torch.nn as nn
+torch.set_num_threads(1)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))),
+                                   batch_size=8)
+for x, y in data:
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+print("trained")
+"""
+
+
+def test_trace_to_kafka(kafka_bootstrap: str, kafka_names, kafka_consume, tmp_path: Path) -> None:
+    config = kafka_names.config(kafka_bootstrap, partitions=2)
+    (tmp_path / "prog.py").write_text(PROG)
+    env = {**os.environ, "EROICA_KAFKA_TOPIC_RAW": config.raw_topic,
+           "EROICA_KAFKA_TOPIC_DEADLETTER": config.deadletter_topic, "EROICA_KAFKA_PARTITIONS": "2"}
+    proc = subprocess.run([sys.executable, "-m", "eroica.cli.main", "trace", "--job", "kj", "--kafka", kafka_bootstrap,
+                           "--interval", "0.2", "--", sys.executable, "prog.py"],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "trained\n"
+
+    def done(msgs: list) -> bool:
+        return sum(frame_kind(m.value()) == END_OF_STREAM for m in msgs) >= 2  # the rank's key and the node's
+
+    msgs = kafka_consume(kafka_bootstrap, config.raw_topic, 2, done, timeout_s=30)
+    assert done(msgs), f"only {len(msgs)} messages"
+    eos = {decode_end_of_stream(m.value()).rank: decode_end_of_stream(m.value())
+           for m in msgs if frame_kind(m.value()) == END_OF_STREAM}
+    frames = [decode_frame(m.value())[0] for m in msgs if frame_kind(m.value()) == COLUMNS]
+    by_type: dict[str, list] = {}
+    for f in frames:
+        by_type.setdefault(f.type, []).append(f)
+    fns = to_records(concat(by_type["fn"]))
+    assert {(r["fn"], r["kind"]) for r in fns} >= {("DataLoader.__next__", "dataloader"), ("SGD.step", "optimizer"),
+                                                     ("Sequential.forward", "python"),
+                                                     ("Sequential.backward", "python")}
+    assert {r["job"] for r in fns} == {"kj"} and {r["step"] for r in fns} == set(range(8))
+    assert eos[0].records == len(fns) and eos[0].job == "kj"
+    assert "host" in by_type and eos[-1].records == sum(len(f) for t in ("host", "nic") for f in by_type.get(t, []))

@@ -1,0 +1,137 @@
+"""Pure shaping of notifications into webhook bodies: plain JSON, Slack, Alertmanager v2.
+
+No I/O here: ``render(notification, fmt)`` returns the bytes to POST.
+
+- ``json``: the notification itself, one JSON object (``"schema":
+  "eroica.notification/v1"``), every field of
+  :class:`~eroica.sinks.alerts.incidents.Notification`.
+- ``slack``: a Slack incoming-webhook message (``text`` fallback plus Block
+  Kit ``blocks``). Slack has no idempotency key, so the notification id is
+  shown in the message's context line.
+- ``alertmanager``: the body of Alertmanager's ``POST /api/v2/alerts``, a JSON
+  array with one alert. Its labels identify the incident (Alertmanager groups
+  and deduplicates by labels); ``startsAt`` is the opening time; a firing alert
+  carries ``endsAt`` a while in the future (three reminder intervals, so
+  reminders keep it firing, or 24 h without reminders) and the resolved one
+  ``endsAt`` = the resolution time, which is how Alertmanager learns it ended.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+import msgspec
+
+from .incidents import Notification
+
+__all__ = ["FORMATS", "render", "as_json", "as_slack", "as_alertmanager", "headline"]
+
+FORMATS = ("json", "slack", "alertmanager")
+SCHEMA = "eroica.notification/v1"
+
+_encoder = msgspec.json.Encoder()
+_EMOJI = {"opened": ":rotating_light:", "reminder": ":hourglass_flowing_sand:", "resolved": ":white_check_mark:"}
+_VERB = {"opened": "OPENED", "reminder": "STILL OPEN", "resolved": "RESOLVED"}
+
+
+def _rfc3339(ns: int) -> str:
+    t = _dt.datetime.fromtimestamp(ns / 1e9, tz=_dt.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def culprit(n: Notification) -> str:
+    if n.scope == "rank":
+        where = f"rank {n.rank}" + (f" on {n.node}" if n.node else "") + (f" (GPU {n.gpu})" if n.gpu >= 0 else "")
+    elif n.scope == "node":
+        where = f"node {n.node}"
+    else:
+        where = "the whole job"
+    return where
+
+
+def headline(n: Notification) -> str:
+    """``[OPENED] job j1: gpu slowdown on rank 13 on node-1 (GPU 5), 1.38x``."""
+    what = "hang" if n.kind == "hang" else "slowdown"
+    text = f"[{_VERB.get(n.event, n.event.upper())}] job {n.job}: {n.component} {what} on {culprit(n)}"
+    if n.kind != "hang" and n.slowdown > 1.0:
+        text += f", {n.slowdown:.2f}x"
+    return text
+
+
+def _resolution_text(n: Notification) -> str:
+    if n.resolution == "stale":
+        return "the job stopped sending telemetry"
+    return "no verdict for it in the following windows"
+
+
+def as_json(n: Notification) -> dict[str, Any]:
+    return {"schema": SCHEMA, **msgspec.to_builtins(n)}
+
+
+def as_slack(n: Notification) -> dict[str, Any]:
+    text = f"{_EMOJI.get(n.event, '')} {headline(n)}".strip()
+    detail = n.summary
+    if n.event == "resolved":
+        detail = f"Resolved: {_resolution_text(n)}. Was: {n.summary}"
+    fields = [
+        f"*Job*\n{n.job}", f"*Component*\n{n.component} ({n.kind})", f"*Culprit*\n{culprit(n)}",
+        f"*Confidence*\n{n.confidence:.2f}", f"*Slowdown*\n{n.slowdown:.2f}x", f"*Windows*\n{n.windows}",
+    ]
+    if n.fn:
+        fields.append(f"*Function*\n`{n.fn[:120]}`")
+    return {
+        "text": text,
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{text}*\n{detail}"}},
+            {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text":
+                f"incident `{n.incident_id}` #{n.occurrence} · notification `{n.notification_id}` · "
+                f"since {_rfc3339(n.first_window_start_ns)}"}]},
+        ],
+    }
+
+
+def as_alertmanager(n: Notification, *, reminder_ns: int = 0) -> list[dict[str, Any]]:
+    labels = {
+        "alertname": "EroicaHang" if n.kind == "hang" else "EroicaSlowdown",
+        "severity": "critical" if n.kind == "hang" else "warning",
+        "eroica_job": n.job, "component": n.component, "scope": n.scope, "incident_id": n.incident_id,
+    }
+    if n.node:
+        labels["node"] = n.node
+    if n.rank >= 0:
+        labels["rank"] = str(n.rank)
+    if n.gpu >= 0:
+        labels["gpu"] = str(n.gpu)
+    if n.event == "resolved":
+        ends = n.resolved_at_ns or n.created_at_ns
+    else:
+        ends = n.created_at_ns + (3 * reminder_ns if reminder_ns > 0 else 24 * 3600 * 10**9)
+    annotations = {
+        "summary": headline(n), "description": n.summary, "notification_id": n.notification_id,
+        "event": n.event, "confidence": f"{n.confidence:.3f}", "slowdown": f"{n.slowdown:.3f}",
+        "occurrence": str(n.occurrence),
+    }
+    if n.fn:
+        annotations["function"] = n.fn
+    if n.event == "resolved":
+        annotations["resolution"] = _resolution_text(n)
+    return [{
+        "labels": labels, "annotations": annotations,
+        "startsAt": _rfc3339(n.opened_at_ns or n.created_at_ns), "endsAt": _rfc3339(ends),
+        "generatorURL": "",
+    }]
+
+
+def render(n: Notification, fmt: str = "json", *, reminder_ns: int = 0) -> bytes:
+    """The request body for ``fmt`` (one of :data:`FORMATS`)."""
+    if fmt == "json":
+        doc: Any = as_json(n)
+    elif fmt == "slack":
+        doc = as_slack(n)
+    elif fmt == "alertmanager":
+        doc = as_alertmanager(n, reminder_ns=reminder_ns)
+    else:
+        raise ValueError(f"unknown notification format {fmt!r} (use one of {', '.join(FORMATS)})")
+    return _encoder.encode(doc)

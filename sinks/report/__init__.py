@@ -1,0 +1,1 @@
+"""The visual report: one self-contained HTML page per job (``eroica report``)."""

@@ -1,0 +1,388 @@
+"""The single-machine stack: a broker, the stream workers and the sink, supervised.
+
+``eroica up`` runs it in the foreground and ``eroica demo`` in-process. One
+:class:`LocalStack` starts, in order:
+
+1. a Kafka-protocol broker: :class:`~eroica.stack.tansu.TansuBroker` on
+   127.0.0.1 (memory storage), unless an external bootstrap is given;
+2. every topic of :class:`~eroica.producers.kafka.config.KafkaConfig`, with
+   the configured partition count;
+3. child processes ``python -m eroica.cli worker summariser``, ``... worker
+   detector`` (when that command is installed) and ``... sink``, each with a
+   free 127.0.0.1 web port, its own data directory and its log file;
+
+then writes ``stack.json`` (see :mod:`eroica.stack.state`). Children run in
+their own sessions, so a Ctrl-C reaches only the supervisor, which stops them
+in dependency order (workers, then the sink so it drains what they emitted,
+then the broker): SIGTERM, a deadline, then SIGKILL of the child's process
+group. Each child also gets ``PR_SET_PDEATHSIG`` so that it is terminated if
+the supervisor itself is killed.
+
+Supervision: :meth:`LocalStack.supervise_once` reports a child that exited
+and, under the default policy, restarts it after a backoff (1, 2, 4 s) up to
+``max_restarts`` times; past that it stays down and ``eroica status`` fails.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from eroica.producers.kafka.config import KafkaConfig
+
+from .state import remove_state, write_state
+from .tansu import BrokerError, TansuBroker, create_topics, free_port, wait_for_broker
+
+__all__ = ["LocalStack", "Service", "StackError", "worker_command_available", "WORKERS"]
+
+WORKERS: tuple[str, ...] = ("summariser", "detector")
+_PR_SET_PDEATHSIG = 1
+
+
+class StackError(RuntimeError):
+    """The stack could not start (broker, topics, a child that dies at once)."""
+
+
+def worker_command_available() -> bool:
+    """Whether ``eroica worker`` (the faust processors) is installed in this version."""
+    from eroica.cli.main import COMMANDS
+
+    return "worker" in COMMANDS
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """Ask Linux to SIGTERM this child when the supervisor dies (no orphans after a SIGKILL)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class Service:
+    """One supervised child process."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    port: int
+    health_url: str
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    state: str = "new"  # running, restarting, failed, stopped
+    restart_at: float | None = None
+    started_at: float = 0.0
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log: IO[bytes]
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        self.state, self.exit_code, self.restart_at = "running", None, None
+        self.started_at = time.monotonic()
+
+    def signal_group(self, sig: int, *, even_if_exited: bool = False) -> None:
+        """Signal the child's whole process group (it leads its own session).
+
+        ``even_if_exited`` reaches processes the child left behind in its group;
+        the group id cannot be reused while any of them lives.
+        """
+        if self.proc is None or (self.proc.poll() is not None and not even_if_exited):
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def log_tail(self, lines: int = 8) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+    def describe(self) -> dict[str, Any]:
+        return {"pid": self.pid, "port": self.port, "health_url": self.health_url, "state": self.state,
+                "restarts": self.restarts, "exit_code": self.exit_code, "log": str(self.log_path),
+                "argv": self.argv}
+
+
+@dataclass
+class LocalStack:
+    """Broker + workers + sink under one supervisor (see the module docstring).
+
+    ``kafka``: external bootstrap (no broker started). ``clickhouse_url``: a
+    ClickHouse server for the sink; default chdb in ``data_dir/chdb``.
+    ``workers``: which ``eroica worker`` roles to run (skipped, with a
+    message, when the command is not installed). ``env``: the base
+    environment of the children (default: this process's).
+    """
+
+    data_dir: Path
+    kafka: str | None = None
+    clickhouse_url: str | None = None
+    workers: Sequence[str] = WORKERS
+    restart: bool = True
+    max_restarts: int = 3
+    stop_timeout_s: float = 10.0
+    env: Mapping[str, str] | None = None
+    python: str = sys.executable
+    on_event: Callable[[str], None] = lambda msg: print(f"eroica up: {msg}", file=sys.stderr, flush=True)
+    services: dict[str, Service] = field(default_factory=dict)
+    broker: TansuBroker | None = None
+    bootstrap: str = ""
+    started_at_ns: int = 0
+    _stopping: bool = False
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir).expanduser().resolve()
+
+    # -- derived ----------------------------------------------------------------------
+    @property
+    def sink_clickhouse_url(self) -> str:
+        return self.clickhouse_url or f"chdb://{self.data_dir / 'chdb'}"
+
+    @property
+    def query_endpoint(self) -> str | None:
+        sink = self.services.get("sink")
+        return f"http://127.0.0.1:{sink.port}" if sink is not None else None
+
+    def kafka_config(self) -> KafkaConfig:
+        base = os.environ if self.env is None else self.env
+        return KafkaConfig.from_env(base, bootstrap=self.bootstrap or self.kafka)
+
+    # -- start --------------------------------------------------------------------------
+    def start(self, ready_timeout_s: float = 60.0) -> LocalStack:
+        """Start everything and wait until each part answers; StackError (after cleanup) if not."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.started_at_ns = time.time_ns()
+        self._reap_stale()
+        try:
+            self._start_broker()
+            self._create_topics()
+            for spec in self._service_specs():
+                self.services[spec.name] = spec
+                spec.start()
+                self.on_event(f"started {spec.name} (pid {spec.pid}, port {spec.port}, log {spec.log_path})")
+            self.write_state()
+            self.wait_ready(ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _reap_stale(self) -> None:
+        """Stop what a previous supervisor, killed outright, left behind (its broker has no PDEATHSIG).
+
+        Only processes recorded in the stale ``stack.json`` whose command line
+        is still ours (tansu, ``eroica.cli``) are touched.
+        """
+        from eroica.sinks.clickhouse.endpoint import pid_alive
+
+        from .state import read_state
+
+        old = read_state(self.data_dir)
+        if old is None or pid_alive(int(old.get("pid", 0))):
+            return
+        candidates = [(old.get("kafka", {}).get("pid"), b"tansu")]
+        candidates += [(svc.get("pid"), b"eroica.cli") for svc in old.get("services", {}).values()]
+        reaped = 0
+        for pid, marker in candidates:
+            if not pid or not pid_alive(int(pid)):
+                continue
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker in cmdline:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                    reaped += 1
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if reaped:
+            self.on_event(f"stopped {reaped} process(es) left by a previous stack that was killed")
+        remove_state(self.data_dir)
+
+    def _start_broker(self) -> None:
+        if self.kafka:
+            try:
+                wait_for_broker(self.kafka, timeout_s=15)
+            except BrokerError as exc:
+                raise StackError(f"Kafka at {self.kafka} does not answer: {exc}") from exc
+            self.bootstrap = self.kafka
+            return
+        self.broker = TansuBroker(data_dir=self.data_dir / "tansu").start()
+        self.bootstrap = self.broker.bootstrap
+        self.on_event(f"started tansu broker on {self.bootstrap} (memory storage)")
+
+    def _create_topics(self) -> None:
+        try:
+            create_topics(self.bootstrap, self.kafka_config().topics())
+        except BrokerError as exc:
+            raise StackError(str(exc)) from exc
+
+    def _child_env(self, name: str, port: int) -> dict[str, str]:
+        env = dict(os.environ if self.env is None else self.env)
+        env.update({
+            "EROICA_KAFKA_BOOTSTRAP": self.bootstrap,
+            "EROICA_DATA_DIR": str(self.data_dir / name),
+            "EROICA_WEB_PORT": str(port),
+            "PYTHONUNBUFFERED": "1",
+        })
+        if name == "sink":
+            env["EROICA_CLICKHOUSE_URL"] = self.sink_clickhouse_url
+            env["EROICA_SINK_HTTP_PORT"] = str(port)
+        return env
+
+    def _service_specs(self) -> list[Service]:
+        roles = list(self.workers)
+        if roles and not worker_command_available():
+            self.on_event(f"`eroica worker` is not installed in this version: not starting {', '.join(roles)}")
+            roles = []
+        specs = []
+        taken: set[int] = set()
+        for name in [*roles, "sink"]:
+            port = free_port()
+            while port in taken:
+                port = free_port()
+            taken.add(port)
+            (self.data_dir / name).mkdir(parents=True, exist_ok=True)
+            argv = [self.python, "-m", "eroica.cli", *(("worker", name) if name != "sink" else ("sink",))]
+            # faust's web server (streams/faust/settings.py) serves /eroica/stats; the sink /health
+            path = "/health" if name == "sink" else "/eroica/stats"
+            specs.append(Service(name, argv, self._child_env(name, port), port, f"http://127.0.0.1:{port}{path}",
+                                 self.data_dir / "logs" / f"{name}.log"))
+        return specs
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Wait until every child answers on its port; StackError naming the ones that do not."""
+        from .health import http_ok
+
+        deadline = time.monotonic() + timeout_s
+        pending = dict(self.services)
+        while pending and time.monotonic() < deadline:
+            for name, svc in list(pending.items()):
+                if svc.proc is not None and svc.proc.poll() is not None:
+                    raise StackError(f"{name} exited with status {svc.proc.returncode} at start; log "
+                                     f"{svc.log_path}:\n{svc.log_tail()}")
+                ok, info = http_ok(svc.health_url, timeout_s=1.0)
+                # The sink is ready once it holds its partitions (a group join takes seconds on tansu).
+                if ok and (name != "sink" or (isinstance(info, dict) and info.get("assigned"))):
+                    del pending[name]
+            if pending:
+                time.sleep(0.2)
+        if pending:
+            raise StackError(f"not ready within {timeout_s:.0f} s: {', '.join(pending)} "
+                             f"(logs in {self.data_dir / 'logs'})")
+
+    # -- supervision --------------------------------------------------------------------
+    def supervise_once(self) -> None:
+        """Notice exited children; restart them under the policy. Call it every ~0.5 s."""
+        if self._stopping:
+            return
+        changed = False
+        now = time.monotonic()
+        for svc in self.services.values():
+            if svc.state == "running" and svc.proc is not None and svc.proc.poll() is not None:
+                svc.exit_code = svc.proc.returncode
+                changed = True
+                tail = svc.log_tail(5)
+                if self.restart and svc.restarts < self.max_restarts:
+                    delay = 2.0 ** svc.restarts
+                    svc.state, svc.restart_at = "restarting", now + delay
+                    self.on_event(f"{svc.name} (pid {svc.pid}) exited with status {svc.exit_code}; restarting in "
+                                  f"{delay:.0f} s ({svc.restarts + 1}/{self.max_restarts}); log tail:\n{tail}")
+                else:
+                    svc.state = "failed"
+                    self.on_event(f"{svc.name} (pid {svc.pid}) exited with status {svc.exit_code}; not "
+                                  f"restarted; log {svc.log_path}:\n{tail}")
+            elif svc.state == "restarting" and svc.restart_at is not None and now >= svc.restart_at:
+                svc.restarts += 1
+                svc.start()
+                changed = True
+                self.on_event(f"restarted {svc.name} (pid {svc.pid})")
+        if self.broker is not None and not self.broker.running:
+            self.on_event("the tansu broker exited; its topics (memory storage) are gone: restart the stack")
+            self.broker = None
+            changed = True
+        if changed:
+            self.write_state()
+
+    @property
+    def healthy(self) -> bool:
+        return all(s.state == "running" for s in self.services.values())
+
+    # -- state --------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        broker_pid = getattr(getattr(self.broker, "_proc", None), "pid", None)
+        url = self.sink_clickhouse_url
+        return {
+            "pid": os.getpid(),
+            "started_at_ns": self.started_at_ns,
+            "data_dir": str(self.data_dir),
+            "kafka": {"bootstrap": self.bootstrap, "managed": self.broker is not None or not self.kafka,
+                      "pid": broker_pid},
+            "clickhouse": {"url": url, "backend": "chdb" if url.startswith("chdb:") else "native"},
+            "query_endpoint": self.query_endpoint,
+            "services": {name: svc.describe() for name, svc in self.services.items()},
+        }
+
+    def write_state(self) -> None:
+        write_state(self.data_dir, self.describe())
+
+    # -- stop ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop workers, then the sink, then the broker; SIGKILL what outlives the deadline."""
+        self._stopping = True
+        tiers = [[s for n, s in self.services.items() if n != "sink"],
+                 [s for n, s in self.services.items() if n == "sink"]]
+        for tier in tiers:
+            self._stop_tier(tier)
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None
+        remove_state(self.data_dir)
+
+    def _stop_tier(self, tier: list[Service]) -> None:
+        live = [s for s in tier if s.proc is not None and s.proc.poll() is None]
+        for s in live:
+            s.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout_s
+        for s in live:
+            assert s.proc is not None
+            try:
+                s.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.on_event(f"{s.name} (pid {s.pid}) did not stop within {self.stop_timeout_s:.0f} s: killed")
+                s.signal_group(signal.SIGKILL)
+                s.proc.wait(timeout=5)
+        for s in tier:
+            s.signal_group(signal.SIGKILL, even_if_exited=True)  # stragglers left in its process group
+            if s.proc is not None:
+                s.exit_code = s.proc.returncode
+            s.state = "stopped"
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,85 @@
+"""Where the single-machine stack keeps its files, and its state file ``stack.json``.
+
+Data directory (``--data-dir``, else ``$EROICA_DATA_DIR``, else
+``$XDG_DATA_HOME/eroica``, i.e. ``~/.local/share/eroica``): one per stack, so
+that ``eroica status``/``verdicts``/``sql`` find the running stack from any
+working directory. Layout::
+
+    stack.json          state of the running stack (removed at a clean shutdown)
+    stack.lock          held (flock) by the ``eroica up`` process while it runs
+    logs/<service>.log  each child's stdout and stderr (tansu: tansu/tansu.log)
+    chdb/               ClickHouse data when the stack runs chdb (+ eroica-sink.json)
+    summariser/ detector/ sink/   each worker's own EROICA_DATA_DIR
+
+``stack.json`` (version 1) is written atomically whenever something changes::
+
+    {
+     "version": 1,
+     "pid": 1234,                       # the `eroica up` supervisor
+     "started_at_ns": 1700000000000000000,
+     "data_dir": "/home/me/.local/share/eroica",
+     "kafka": {"bootstrap": "127.0.0.1:40123", "managed": true, "pid": 1235},
+     "clickhouse": {"url": "chdb:///home/me/.local/share/eroica/chdb", "backend": "chdb"},
+     "query_endpoint": "http://127.0.0.1:40125",   # the sink's read-only HTTP endpoint
+     "services": {
+       "summariser": {"pid": 1236, "port": 40126, "health_url": "http://127.0.0.1:40126/eroica/stats",
+                      "state": "running", "restarts": 0, "exit_code": null,
+                      "log": ".../logs/summariser.log", "argv": ["...", "worker", "summariser"]},
+       "detector": {...},
+       "sink": {"pid": 1238, "port": 40125, "health_url": "http://127.0.0.1:40125/health", ...}
+     }
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from eroica.sinks.clickhouse.endpoint import atomic_write_json, pid_alive
+
+__all__ = ["STATE_FILE", "LOCK_FILE", "default_data_dir", "read_state", "write_state", "remove_state",
+           "live_state"]
+
+STATE_FILE = "stack.json"
+LOCK_FILE = "stack.lock"
+STATE_VERSION = 1
+
+
+def default_data_dir() -> Path:
+    """``$EROICA_DATA_DIR``, else ``$XDG_DATA_HOME/eroica`` (``~/.local/share/eroica``)."""
+    env = os.environ.get("EROICA_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "eroica"
+
+
+def read_state(data_dir: Path) -> dict[str, Any] | None:
+    """The state file's content, or None when there is none (or it is unreadable)."""
+    try:
+        doc = json.loads((Path(data_dir) / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def live_state(data_dir: Path) -> dict[str, Any] | None:
+    """The state of a stack whose supervisor still runs (a stale file counts as none)."""
+    doc = read_state(data_dir)
+    if doc is None or not pid_alive(int(doc.get("pid", 0))):
+        return None
+    return doc
+
+
+def write_state(data_dir: Path, doc: dict[str, Any]) -> None:
+    atomic_write_json(Path(data_dir) / STATE_FILE, {"version": STATE_VERSION, **doc})
+
+
+def remove_state(data_dir: Path) -> None:
+    try:
+        (Path(data_dir) / STATE_FILE).unlink()
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,77 @@
+"""Pipeline health metrics: bounded labels, the exposition, scraping back, and `eroica status` reading them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from eroica.stack import health, metrics
+
+
+def test_reason_labels_are_normalised_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics, "_reasons", set())
+    a = metrics.reason_label("Expected `int`, got `str` - at `$.rank`")
+    b = metrics.reason_label("Expected `int`, got `str` - at `$.step`")
+    assert a == b == "expected _, got _ - at _"
+    assert metrics.reason_label("invalid JSON: unexpected character at byte 17\nmore") == \
+        "invalid json: unexpected character at byte _"
+    for i in range(100):
+        metrics.reason_label(f"reason {chr(97 + i % 26)}{chr(97 + i // 26)}")
+    assert len(metrics._reasons) == metrics._MAX_REASONS
+    assert metrics.reason_label("a brand new reason") == "other"
+
+
+def test_exposition_scrape_and_summary(tmp_path: Path) -> None:
+    server = metrics.MetricsServer("test", "127.0.0.1", 0)
+    try:
+        metrics.records_in("test", "eroica.verdicts", 5)
+        metrics.records_out("test", "verdicts", 3)
+        metrics.invalid("test", "empty message")
+        metrics.sink_insert("test", 0.02)
+        metrics.sink_insert_failure("test")
+        metrics.queue_drop("test", 2)
+        samples = metrics.scrape(server.url)
+        assert samples["eroica_records_in_total{component=test,source=eroica.verdicts}"] >= 5
+        assert samples["eroica_invalid_records_total{component=test,reason=empty message}"] >= 1
+        line = metrics.summarise(samples)
+        assert line.startswith("in ") and "invalid" in line and "insert failures" in line and "queue drops" in line
+        server.announce(tmp_path)
+        ann = metrics.read_announcement(tmp_path)
+        assert ann is not None and ann["pid"] == os.getpid() and ann["url"] == server.url
+    finally:
+        server.stop()
+    assert metrics.read_announcement(tmp_path) is None       # removed with the server
+    assert metrics.scrape_summary(server.url).startswith("metrics unreachable")
+
+
+def test_port_from_the_environment() -> None:
+    assert metrics._port_from_env({}) == 0
+    assert metrics._port_from_env({"EROICA_METRICS_PORT": "off"}) is None
+    assert metrics._port_from_env({"EROICA_METRICS_PORT": "9464"}) == 9464
+    with pytest.raises(ValueError):
+        metrics._port_from_env({"EROICA_METRICS_PORT": "lots"})
+
+
+def test_status_summarises_the_metrics_a_service_announces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(health, "_broker", lambda bootstrap: health.Check("kafka", True, "stub"))
+    monkeypatch.setattr(health, "_clickhouse", lambda state: health.Check("clickhouse", True, "stub"))
+    server = metrics.MetricsServer("sink", "127.0.0.1", 0)
+    try:
+        metrics.records_in("sink", "eroica.verdicts", 7)
+        server.announce(tmp_path / "sink")
+        state = {"version": 1, "pid": os.getpid(), "data_dir": str(tmp_path), "kafka": {"bootstrap": "x:1"},
+                 "services": {"sink": {"pid": os.getpid(), "port": server.port, "health_url": server.url,
+                                       "state": "running"}}}
+        (tmp_path / "stack.json").write_text(json.dumps(state))
+        sink = next(c for c in health.check_stack(tmp_path) if c.part == "sink")
+        assert sink.ok and f"metrics {server.url}: in " in sink.detail
+        # a process outside the stack announcing in the data directory itself gets its own line
+        server.component = "alert"
+        server.announce(tmp_path)
+        extra = health.check_stack(tmp_path)[-1]
+        assert extra.part == "alert" and extra.ok and extra.detail.startswith("metrics ")
+    finally:
+        server.stop()

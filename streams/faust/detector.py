@@ -1,0 +1,309 @@
+"""The detector of one summaries partition: digests in, verdicts out (pure: no Kafka, no faust).
+
+All messages of a job are keyed by the job, so they meet on one partition and
+one detector owns the job. Per job it collects the digests of each window
+from the raw partitions (*sources*) that hold its ranks, and runs the core
+(:func:`~eroica.streams.detection.detector.detect_step`) on the merged
+digest once the window is **complete**, its windows strictly **in order**:
+
+- complete: every key the job is expected to have (``job/rank`` for each rank
+  of ``world_size`` when the job record is known, every key any source has
+  reported, and for the job's first window every node of ``rank_nodes``) is
+  covered by a source that closed the window (``closed_through_ns``); or every
+  key sent its end-of-stream marker (``job_keys`` of them); or, failing both,
+  ``grace_s`` of wall clock passed since the window's first digest. Without a
+  job record, the first window always waits for the grace period (the record
+  may still be on its way; it changes attribution).
+- a digest for a window at or before the last one analysed is dropped and
+  counted (``late_windows``): the job's history has moved on.
+- a source that sends the same window twice (a summariser re-reading after a
+  restart) is kept once, the copy built from more records winning.
+
+What must survive a restart is the per-job :class:`JobState` (history, the
+last window done, the job record, sources' progress and end markers); the
+caller persists each state this module hands back before acknowledging the
+messages it covers. Digests themselves are not persisted: their tokens are
+held until their window is analysed, so a restarted detector re-reads them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import msgspec
+
+from eroica.models.digest import WindowDigest, merge_digests
+from eroica.models.reader import Invalid
+from eroica.models.records import JobRecord
+from eroica.models.verdict import encode_verdict
+from eroica.producers.kafka.deadletter import encode_deadletter
+from eroica.streams.detection.detector import detect_step
+from eroica.streams.detection.history import JobHistory
+from eroica.streams.detection.patterns import pattern_summaries
+
+from .messages import DigestMsg, EndMsg, JobMsg, MessageError, decode_message
+from .summariser import DEADLETTER, Send
+
+log = logging.getLogger(__name__)
+
+VERDICTS = "verdicts"
+PATTERNS = "patterns"
+STATE_VERSION = 1
+
+
+class SourceProgress(msgspec.Struct):
+    keys: list[str] = []
+    closed_through_ns: int = -1
+
+
+class JobState(msgspec.Struct, kw_only=True):
+    """What the detector remembers of a job between windows (persisted; msgpack)."""
+
+    job: str
+    partition: int = -1
+    history: JobHistory = msgspec.field(default_factory=JobHistory)
+    done_through_ns: int = -1  # start of the last window analysed (or skipped as empty)
+    meta: JobRecord | None = None
+    sources: dict[str, SourceProgress] = {}
+    ended: list[str] = []
+    job_keys: int | None = None
+    late_windows: int = 0
+    v: int = STATE_VERSION
+
+
+_state_encoder = msgspec.msgpack.Encoder()
+_state_decoder = msgspec.msgpack.Decoder(JobState)
+_patterns_encoder = msgspec.msgpack.Encoder()
+
+
+def encode_state(s: JobState) -> bytes:
+    return _state_encoder.encode(s)
+
+
+def decode_state(data: bytes) -> JobState:
+    s = _state_decoder.decode(data)
+    if s.v != STATE_VERSION:
+        raise msgspec.DecodeError(f"unknown detector state version {s.v}")
+    return s
+
+
+def encode_patterns(rows: list) -> bytes:
+    """The patterns-topic message: a msgpack list of WindowSummary maps."""
+    return _patterns_encoder.encode(rows)
+
+
+@dataclass
+class Output:
+    """Messages to send, job states to persist, then tokens to acknowledge (in that order)."""
+
+    sends: list[Send] = field(default_factory=list)
+    persist: list[JobState] = field(default_factory=list)
+    acks: list[Any] = field(default_factory=list)
+
+    def extend(self, other: "Output") -> "Output":
+        self.sends.extend(other.sends)
+        for s in other.persist:
+            if all(p is not s for p in self.persist):
+                self.persist.append(s)
+        self.acks.extend(other.acks)
+        return self
+
+
+@dataclass
+class DetectorStats:
+    digests: int = 0
+    duplicate_digests: int = 0
+    windows: int = 0
+    empty_windows: int = 0
+    forced_windows: int = 0  # analysed on the grace timeout, not complete
+    failed_windows: int = 0  # the core raised on them (logged)
+    late_windows: int = 0
+    verdicts: int = 0
+    pattern_rows: int = 0
+    corrupt: int = 0
+    job_records: int = 0
+
+
+@dataclass
+class _Pending:
+    start_ns: int
+    end_ns: int
+    first_seen: float
+    digests: dict[str, tuple[int, WindowDigest]] = field(default_factory=dict)
+    tokens: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class _Job:
+    state: JobState
+    pending: dict[int, _Pending] = field(default_factory=dict)
+
+
+class DetectorCore:
+    """Per-job window collection and in-order detection for the partitions one worker owns."""
+
+    def __init__(self, grace_s: float, wall_ns: Callable[[], int] = time.time_ns) -> None:
+        self.grace_s = float(grace_s)
+        self.wall_ns = wall_ns
+        self.jobs: dict[str, _Job] = {}
+        self.stats = DetectorStats()
+
+    # -- state ---------------------------------------------------------------
+
+    def restore(self, state: JobState) -> None:
+        """A persisted state (at start-up or when a partition is assigned); pending windows are not kept."""
+        self.jobs[state.job] = _Job(state)
+
+    def drop_partitions(self, partitions: set[int]) -> None:
+        """Forget the jobs of revoked partitions (their next owner restores them)."""
+        for job in [j for j, js in self.jobs.items() if js.state.partition in partitions]:
+            del self.jobs[job]
+
+    def pending_windows(self) -> int:
+        return sum(len(js.pending) for js in self.jobs.values())
+
+    # -- input -----------------------------------------------------------------
+
+    def on_message(self, value: bytes | None, token: Any, partition: int, now: float, offset: int = -1,
+                   source: str = "summaries") -> Output:
+        """One summaries-topic message; ``now`` is monotonic seconds (grace timing)."""
+        try:
+            if value is None:
+                raise MessageError("empty message (no value)")
+            msg = decode_message(value)
+        except MessageError as exc:
+            self.stats.corrupt += 1
+            bad = Invalid(f"{source}/{partition}", offset, str(exc), bytes((value or b"")[:4096]))
+            return Output([Send(DEADLETTER, bad.source.encode(), encode_deadletter(bad))], acks=[token])
+        js = self._job(msg.job, partition)
+        st = js.state
+        if isinstance(msg, DigestMsg):
+            return self._on_digest(js, msg, token, now)
+        out = Output(persist=[st], acks=[token])
+        if isinstance(msg, JobMsg):
+            self.stats.job_records += 1
+            st.meta = msg.record
+        else:
+            self._progress(st, msg.source, msg.keys, msg.closed_through_ns)
+            if isinstance(msg, EndMsg):
+                st.ended = sorted(set(st.ended) | set(msg.keys))
+                if msg.job_keys:
+                    st.job_keys = msg.job_keys
+        return out.extend(self._run(js, now))
+
+    def due(self, now: float) -> Output:
+        """Windows whose grace period has passed (call a few times a second)."""
+        out = Output()
+        for js in list(self.jobs.values()):
+            if js.pending:
+                out.extend(self._run(js, now))
+        return out
+
+    # -- internals -------------------------------------------------------------
+
+    def _job(self, job: str, partition: int) -> _Job:
+        js = self.jobs.get(job)
+        if js is None:
+            js = self.jobs[job] = _Job(JobState(job=job, partition=partition, history=JobHistory(job=job)))
+        js.state.partition = partition
+        return js
+
+    @staticmethod
+    def _progress(st: JobState, source: str, keys: list[str], closed_through_ns: int) -> None:
+        sp = st.sources.get(source)
+        if sp is None:
+            st.sources[source] = SourceProgress(list(keys), closed_through_ns)
+            return
+        if len(keys) > len(sp.keys) or set(keys) - set(sp.keys):
+            sp.keys = sorted(set(sp.keys) | set(keys))
+        sp.closed_through_ns = max(sp.closed_through_ns, closed_through_ns)
+
+    def _on_digest(self, js: _Job, msg: DigestMsg, token: Any, now: float) -> Output:
+        st = js.state
+        self.stats.digests += 1
+        self._progress(st, msg.source, msg.keys, msg.closed_through_ns)
+        if msg.start_ns <= st.done_through_ns:
+            self.stats.late_windows += 1
+            st.late_windows += 1
+            if st.late_windows == 1 or st.late_windows % 100 == 0:
+                log.warning("job %s: digest of window %d from %s arrived after window %d was analysed: "
+                            "dropped (%d so far)", msg.job, msg.start_ns, msg.source, st.done_through_ns,
+                            st.late_windows)
+            return Output(acks=[token])
+        p = js.pending.get(msg.start_ns)
+        if p is None:
+            p = js.pending[msg.start_ns] = _Pending(msg.start_ns, msg.end_ns, now)
+        old = p.digests.get(msg.source)
+        if old is not None:
+            self.stats.duplicate_digests += 1
+        if old is None or msg.records > old[0]:
+            p.digests[msg.source] = (msg.records, msg.digest)
+        p.tokens.append(token)
+        return self._run(js, now)
+
+    def _expected(self, st: JobState) -> set[str] | None:
+        keys = {k for sp in st.sources.values() for k in sp.keys}
+        meta = st.meta
+        if meta is None:
+            return None if st.done_through_ns < 0 else keys
+        keys.update(f"{st.job}/{r}" for r in range(meta.world_size))
+        if st.done_through_ns < 0 and meta.rank_nodes:
+            keys.update(f"{st.job}/{n}" for n in set(meta.rank_nodes))
+        return keys
+
+    def _complete(self, st: JobState, start_ns: int) -> bool:
+        if st.job_keys and len(st.ended) >= st.job_keys:
+            return True
+        expected = self._expected(st)
+        if expected is None:
+            return False
+        covered = set(st.ended)
+        for sp in st.sources.values():
+            if sp.closed_through_ns >= start_ns:
+                covered.update(sp.keys)
+        return expected <= covered
+
+    def _run(self, js: _Job, now: float) -> Output:
+        out = Output()
+        st = js.state
+        while js.pending:
+            start = min(js.pending)
+            p = js.pending[start]
+            complete = self._complete(st, start)
+            if not complete and now - p.first_seen < self.grace_s:
+                break
+            if not complete:
+                self.stats.forced_windows += 1
+                log.info("job %s window %d: analysed after the %.0f s grace with %d source(s)",
+                         st.job, start, self.grace_s, len(p.digests))
+            del js.pending[start]
+            try:
+                out.sends.extend(self._detect(st, p))
+            except Exception:  # a window the core cannot analyse is skipped, not retried forever
+                self.stats.failed_windows += 1
+                log.exception("job %s window %d: detection failed; window skipped", st.job, start)
+            st.done_through_ns = start
+            out.acks.extend(p.tokens)
+            if all(s is not st for s in out.persist):
+                out.persist.append(st)
+        return out
+
+    def _detect(self, st: JobState, p: _Pending) -> list[Send]:
+        parts = [d for _src, (n, d) in sorted(p.digests.items()) if n > 0]
+        if not parts:
+            self.stats.empty_windows += 1
+            return []
+        merged = merge_digests(parts)
+        verdicts, st.history = detect_step(merged, st.meta, st.history, detected_at_ns=self.wall_ns())
+        rows = pattern_summaries(merged)
+        self.stats.windows += 1
+        self.stats.verdicts += len(verdicts)
+        self.stats.pattern_rows += len(rows)
+        key = st.job.encode()
+        sends = [Send(VERDICTS, key, encode_verdict(v)) for v in verdicts]
+        if rows:
+            sends.append(Send(PATTERNS, key, encode_patterns(rows)))
+        return sends

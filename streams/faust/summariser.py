@@ -1,0 +1,429 @@
+"""The summariser of one raw partition: frames in, window digests out (pure: no Kafka, no clock).
+
+The faust agent (``workers.py``) owns one :class:`PartitionSummariser` per
+assigned partition of the raw topic and hands it each message with an opaque
+*token* (the faust event). Every call returns a :class:`Step`: messages to send
+and the tokens that may be acknowledged **once those messages are delivered**.
+A frame's token is held until every window its records reach has been sent
+as a digest, so the consumer's committed offset never passes a record whose
+digest is not on the summaries topic: after a crash, the next owner re-reads
+whatever was not yet summarised (see the package docstring on delivery).
+
+Windows are cut by :class:`~eroica.streams.detection.windows.WindowAssembler`
+(epoch-aligned, the same windows as ``eroica analyze``). What this module adds
+is *when* a window closes:
+
+- **watermark**: per job, each stream (a Kafka key, ``job/rank`` or
+  ``job/node``, and a record type) has its own event-time mark, the oldest
+  record of its latest frame; the job's watermark on this partition is the
+  *slowest* active stream's mark, so a rank's GPU samples or a node's NIC
+  counters arriving a little behind its functions never lose records as late.
+  A stream that lags the most advanced one by more than ``max_skew_ns`` (a
+  hung or dead rank) stops holding windows open. A window ``k`` closes once
+  the watermark passes ``(k + 1) * W + lateness``, and ``hold_s`` of wall
+  clock later (a burst of frames of several types is then all in).
+- **end of stream**: once every key of a job on this partition has sent its
+  end-of-stream marker, all the job's windows close and an ``end`` message
+  tells the detector.
+- **idle**: :meth:`PartitionSummariser.idle` closes the windows of a job that
+  has been silent (wall clock, passed in by the caller) for a while.
+
+Decoding is columnar (``np.frombuffer`` views, numpy reductions per frame):
+no Python work per record. A message that is not a valid frame goes to the
+dead-letter topic with its reason and is acknowledged; it never stops the
+partition.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from eroica.models.columns import Columns
+from eroica.models.frames import (
+    COLUMNS,
+    END_OF_STREAM,
+    FrameError,
+    decode_end_of_stream,
+    decode_frame,
+    decode_job,
+    frame_kind,
+)
+from eroica.models.reader import Invalid
+from eroica.producers.kafka.deadletter import encode_deadletter
+from eroica.producers.kafka.framing import frame_key
+from eroica.streams.detection.summarise import digest_window
+from eroica.streams.detection.windows import JobWindow, WindowAssembler
+
+from .messages import DigestMsg, EndMsg, JobMsg, ProgressMsg, encode_message
+
+SUMMARIES = "summaries"
+DEADLETTER = "deadletter"
+_NO_MARK = np.iinfo(np.int64).min
+
+
+@dataclass
+class Send:
+    """One message to produce: ``topic`` is a role (SUMMARIES, DEADLETTER, ...), not a name."""
+
+    topic: str
+    key: bytes
+    value: bytes
+
+
+@dataclass
+class Step:
+    """What one call produced: messages to send, then tokens to acknowledge once they are delivered."""
+
+    sends: list[Send] = field(default_factory=list)
+    acks: list[Any] = field(default_factory=list)
+
+    def extend(self, other: "Step") -> "Step":
+        self.sends.extend(other.sends)
+        self.acks.extend(other.acks)
+        return self
+
+
+@dataclass
+class SummariserStats:
+    frames: int = 0
+    records: int = 0
+    late_records: int = 0
+    corrupt: int = 0
+    job_records: int = 0
+    end_markers: int = 0
+    digests: int = 0
+    digest_records: int = 0
+    progress: int = 0
+    ends: int = 0
+    idle_closes: int = 0
+
+    def add(self, other: "SummariserStats") -> None:
+        for k, v in vars(other).items():
+            setattr(self, k, getattr(self, k) + v)
+
+
+class _Assembler(WindowAssembler):
+    """The core's assembler, with the watermark and the closed mark set from outside."""
+
+    def set_watermark(self, job: str, ns: int) -> None:
+        self._watermark[job] = ns
+
+    def add_frame(self, cols: Columns, job: str, lo: int, hi: int) -> None:
+        """Add one job's records (oldest ``lo``, newest ``hi``) without moving its watermark.
+
+        A frame inside one window (nearly all of them) skips the core's
+        grouping pass; the result is the same as :meth:`add`.
+        """
+        win = lo // self.window_ns
+        if win == hi // self.window_ns:
+            if win <= self._closed.get(job, -1):
+                self.late_records += len(cols)
+            else:
+                self._parts.setdefault((job, win), {}).setdefault(cols.type, []).append(cols)
+            return
+        wm = self._watermark.get(job)
+        self.add(cols)
+        if wm is None:
+            self._watermark.pop(job, None)
+        else:
+            self._watermark[job] = wm
+
+    def closed(self, job: str) -> int:
+        return self._closed.get(job, -1)
+
+    def close_through(self, job: str, index: int) -> None:
+        """Windows up to ``index`` count as analysed: later records for them are late."""
+        if index > self._closed.get(job, -1):
+            self._closed[job] = index
+
+
+class _Job:
+    """One job on one partition: event-time marks per (key, record type), end markers, held tokens.
+
+    Marks are kept per (key, type) because a collector (or a replay) sends each
+    record type of a rank in its own frames, a sparse type (GPU samples) lagging
+    the dense one (functions): the slowest stream of a key holds the window.
+    """
+
+    def __init__(self) -> None:
+        self.slots: dict[tuple[str, str], int] = {}
+        self.key_slots: dict[str, list[int]] = {}
+        self.marks = np.full(8, _NO_MARK, dtype=np.int64)  # oldest record of each stream's latest frame
+        self.active = np.zeros(8, dtype=bool)
+        self.ended: set[str] = set()
+        self.job_keys: int | None = None
+        self.held: dict[int, list[Any]] = defaultdict(list)  # last window index a frame reaches -> tokens
+        self.end_tokens: list[Any] = []
+        self.closed_through = -1  # highest window index closed (with or without data)
+        self.reported_through = -1  # highest closed index the detector has been told about
+        self.due: list[tuple[int, int, float]] = []  # (through, watermark, since): closes waiting for the hold
+        self.last_seen = 0.0
+
+    def key(self, key: str) -> None:
+        self.key_slots.setdefault(key, [])
+
+    def slot(self, key: str, type_: str) -> int:
+        s = self.slots.get((key, type_))
+        if s is None:
+            s = self.slots[(key, type_)] = len(self.slots)
+            self.key_slots.setdefault(key, []).append(s)
+            if s >= self.marks.size:
+                self.marks = np.concatenate([self.marks, np.full(self.marks.size, _NO_MARK, dtype=np.int64)])
+                self.active = np.concatenate([self.active, np.zeros(self.active.size, dtype=bool)])
+            self.active[s] = key not in self.ended
+        return s
+
+    def end(self, key: str) -> None:
+        self.key(key)
+        self.ended.add(key)
+        for s in self.key_slots[key]:
+            self.active[s] = False
+
+    def revive(self, key: str) -> None:
+        """A key that ended sends again (a restarted producer): it is live again."""
+        self.ended.discard(key)
+        for s in self.key_slots.get(key, ()):
+            self.active[s] = True
+
+    def watermark(self, max_skew_ns: int) -> int | None:
+        """The slowest active stream's mark, unless it lags the most advanced by more than ``max_skew_ns``.
+
+        A stream's mark is the oldest record of its latest frame, not the
+        newest: frames are sent roughly in order of their oldest record, so a
+        stream seen for the first time (a rank's first GPU samples) cannot
+        start behind a watermark that other streams' long frames (a sparse
+        rank's 1000 records can span 30 s) pushed ahead. It costs one frame
+        span of latency (live collectors flush every 250-500 ms).
+        """
+        n = len(self.slots)
+        marks = self.marks[:n][self.active[:n]]
+        if not marks.size:
+            return None
+        return max(int(marks.min()), int(marks.max()) - max_skew_ns)
+
+    def all_ended(self) -> bool:
+        return bool(self.key_slots) and len(self.ended) >= len(self.key_slots)
+
+    def keys(self) -> list[str]:
+        return sorted(self.key_slots)
+
+    def take_held(self, through: int | None = None) -> list[Any]:
+        """Tokens of frames whose records all lie in windows up to ``through`` (None: all)."""
+        out: list[Any] = []
+        for idx in [i for i in self.held if through is None or i <= through]:
+            out.extend(self.held.pop(idx))
+        return out
+
+
+class JobClock:
+    """Last arrival (wall clock) of each job's frames, across the partitions one worker holds.
+
+    A partition counts a job as idle only when the whole job is silent on the
+    worker: a partition holding only a node's sparse NIC samples, or a hung
+    rank, must not close the job's windows early while its other partitions
+    still receive data. (Event time is deliberately not shared across
+    partitions: while a worker catches up on a backlog it may read one
+    partition far ahead of another.)
+    """
+
+    def __init__(self) -> None:
+        self.seen: dict[str, float] = {}
+
+    def saw(self, job: str, now: float) -> None:
+        self.seen[job] = now
+
+
+class PartitionSummariser:
+    """Window state of one partition of the raw topic; ``source`` names it in every digest.
+
+    ``hold_s`` delays each close by that much wall clock after the watermark
+    passed it: frames of other record types sent in the same burst (a replay
+    publishes a file batch type by type) still make it into the window.
+    """
+
+    def __init__(self, source: str, window_ns: int, lateness_ns: int, max_skew_ns: int,
+                 hold_s: float = 0.0, clock: JobClock | None = None) -> None:
+        self.source = source
+        self.window_ns = int(window_ns)
+        self.lateness_ns = int(lateness_ns)
+        self.max_skew_ns = int(max_skew_ns)
+        self.hold_s = float(hold_s)
+        self.clock = clock if clock is not None else JobClock()
+        self.asm = _Assembler(self.window_ns, self.lateness_ns)
+        self.jobs: dict[str, _Job] = {}
+        self.stats = SummariserStats()
+
+    # -- entry points --------------------------------------------------------
+
+    def on_message(self, key: bytes | str | None, value: bytes | None, token: Any, now: float,
+                   offset: int = -1) -> Step:
+        """One raw-topic message (``now``: wall-clock seconds, for the hold and idle closing)."""
+        if value is None:
+            return self._dead(b"", offset, "empty message (no value)", token)
+        try:
+            kind = frame_kind(value)
+        except FrameError as exc:
+            return self._dead(value, offset, str(exc), token)
+        k = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        try:
+            if kind == COLUMNS:
+                return self._on_frame(k, value, token, now, offset)
+            if kind == END_OF_STREAM:
+                return self._on_end(k, value, token, now)
+            return self._on_job(value, token)
+        except FrameError as exc:
+            return self._dead(value, offset, str(exc), token)
+
+    def tick(self, now: float, idle_s: float | None = None) -> Step:
+        """Closes whose hold has passed, and (``idle_s``) every window of jobs silent that long."""
+        step = Step()
+        pending = set(self.asm.pending_jobs())
+        for job, js in self.jobs.items():
+            last = max(js.last_seen, self.clock.seen.get(job, 0.0))
+            if idle_s is not None and (js.held or js.end_tokens or job in pending) and now - last >= idle_s:
+                self.stats.idle_closes += 1
+                step.extend(self._flush(job, js, end=js.all_ended()))
+            elif js.due:
+                step.extend(self._close_due(job, js, now))
+        return step
+
+    def pending_tokens(self) -> int:
+        return sum(len(v) for js in self.jobs.values() for v in js.held.values()) + \
+            sum(len(js.end_tokens) for js in self.jobs.values())
+
+    # -- message kinds -------------------------------------------------------
+
+    def _on_frame(self, key: str | None, value: bytes, token: Any, now: float, offset: int) -> Step:
+        cols, _meta = decode_frame(value)
+        n = len(cols)
+        if n == 0:
+            return Step(acks=[token])
+        codes = cols.arrays["job"]
+        c0 = int(codes[0])
+        if n > 1 and (int(codes.min()) != c0 or int(codes.max()) != c0):
+            return self._dead(value, offset, "frame mixes records of several jobs (one key per frame)", token)
+        job = cols.vocab["job"][c0]
+        if key is None:
+            if "rank" in cols.arrays:
+                key = frame_key(job, int(cols.arrays["rank"][0]))
+            else:
+                key = frame_key(job, -1, cols.vocab["node"][int(cols.arrays["node"][0])])
+        js = self._job(job)
+        js.last_seen = now
+        if key in js.ended:
+            js.revive(key)
+        slot = js.slot(key, cols.type)
+        ts = cols.arrays["ts_ns"]
+        lo, hi = int(ts.min()), int(ts.max())
+        self.stats.frames += 1
+        self.stats.records += n
+        late_before = self.asm.late_records
+        self.asm.add_frame(cols, job, lo, hi)
+        self.stats.late_records += self.asm.late_records - late_before
+        last_window = hi // self.window_ns
+        if last_window <= self.asm.closed(job):  # every record was late: nothing to wait for
+            return Step(acks=[token])
+        if lo > js.marks[slot]:
+            js.marks[slot] = lo
+        self.clock.saw(job, now)
+        js.held[last_window].append(token)
+        return self._advance(job, js, now)
+
+    def _on_end(self, key: str | None, value: bytes, token: Any, now: float) -> Step:
+        eos = decode_end_of_stream(value)
+        self.stats.end_markers += 1
+        if key is None:
+            key = frame_key(eos.job, eos.rank, eos.node)
+        js = self._job(eos.job)
+        js.last_seen = now
+        js.end(key)
+        job_keys = eos.meta.get("job_keys")
+        if isinstance(job_keys, int) and job_keys > 0:
+            js.job_keys = job_keys
+        js.end_tokens.append(token)
+        if js.all_ended():
+            return self._flush(eos.job, js, end=True)
+        return self._advance(eos.job, js, now)
+
+    def _on_job(self, value: bytes, token: Any) -> Step:
+        record = decode_job(value)
+        self.stats.job_records += 1
+        self.asm.add_meta(record)
+        msg = JobMsg(job=record.job, record=record)
+        return Step([Send(SUMMARIES, record.job.encode(), encode_message(msg))], [token])
+
+    # -- closing windows -----------------------------------------------------
+
+    def _job(self, job: str) -> _Job:
+        js = self.jobs.get(job)
+        if js is None:
+            js = self.jobs[job] = _Job()
+        return js
+
+    def _advance(self, job: str, js: _Job, now: float) -> Step:
+        wm = js.watermark(self.max_skew_ns)
+        if wm is None:
+            return Step()
+        through = (wm - self.lateness_ns) // self.window_ns - 1  # highest window index now complete
+        if through > max(js.closed_through, js.due[-1][0] if js.due else -1):
+            js.due.append((through, wm, now))
+        return self._close_due(job, js, now) if js.due else Step()
+
+    def _close_due(self, job: str, js: _Job, now: float) -> Step:
+        ready = [d for d in js.due if now - d[2] >= self.hold_s]
+        if not ready:
+            return Step()
+        through, wm, _since = ready[-1]
+        js.due = js.due[len(ready):]
+        self.asm.set_watermark(job, wm)
+        windows = self.asm.complete()
+        assert all(w.job == job for w in windows), "only this job's watermark moved"
+        return self._close(job, js, windows, through)
+
+    def _flush(self, job: str, js: _Job, end: bool) -> Step:
+        windows = self.asm.flush(job)
+        js.due = []
+        through = max([js.closed_through, *js.held.keys(), *(w.start_ns // self.window_ns for w in windows)])
+        step = self._close(job, js, windows, through, end=end)
+        # idle or ended: everything before the held end markers is summarised
+        step.acks.extend(js.end_tokens)
+        js.end_tokens = []
+        return step
+
+    def _close(self, job: str, js: _Job, windows: list[JobWindow], through: int, end: bool = False) -> Step:
+        self.asm.close_through(job, through)
+        js.closed_through = max(js.closed_through, through)
+        closed_ns = js.closed_through * self.window_ns
+        keys = js.keys()
+        key_bytes = job.encode()
+        step = Step()
+        for i, w in enumerate(windows):
+            records = sum(len(c) for c in w.columns.values())
+            # a digest vouches for the windows up to its own; the last one for all that closed
+            through_ns = closed_ns if i == len(windows) - 1 else w.start_ns
+            msg = DigestMsg(job=job, start_ns=w.start_ns, end_ns=w.end_ns, source=self.source, keys=keys,
+                            closed_through_ns=through_ns, records=records, digest=digest_window(w))
+            step.sends.append(Send(SUMMARIES, key_bytes, encode_message(msg)))
+            self.stats.digests += 1
+            self.stats.digest_records += records
+        if end:
+            msg_end = EndMsg(job=job, source=self.source, keys=keys, closed_through_ns=closed_ns,
+                             job_keys=js.job_keys)
+            step.sends.append(Send(SUMMARIES, key_bytes, encode_message(msg_end)))
+            self.stats.ends += 1
+        elif not windows and js.closed_through > js.reported_through:
+            msg_p = ProgressMsg(job=job, source=self.source, keys=keys, closed_through_ns=closed_ns)
+            step.sends.append(Send(SUMMARIES, key_bytes, encode_message(msg_p)))
+            self.stats.progress += 1
+        js.reported_through = js.closed_through
+        step.acks.extend(js.take_held(js.closed_through))
+        return step
+
+    def _dead(self, value: bytes, offset: int, reason: str, token: Any) -> Step:
+        self.stats.corrupt += 1
+        invalid = Invalid(self.source, offset, reason, bytes(value[:4096]))
+        return Step([Send(DEADLETTER, self.source.encode(), encode_deadletter(invalid))], [token])

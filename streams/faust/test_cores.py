@@ -1,0 +1,336 @@
+"""The stream processors' pure cores, without Kafka: same verdicts as ``eroica analyze``, restarts, dead letters.
+
+A small in-memory "Kafka" replays a file the way ``producers/kafka/replay.py``
+does (frames per key, event-time ordered, end-of-stream markers), spreads the
+keys over partitions, and interleaves the partitions at random.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections import defaultdict
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from eroica.models.columns import from_records
+from eroica.models.frames import EndOfStream, encode_end_of_stream, encode_frame, encode_job
+from eroica.models.reader import read_batches
+from eroica.models.records import FnRecord
+from eroica.models.summary import WindowSummary
+from eroica.models.verdict import decode_verdict
+from eroica.producers.kafka.framing import FrameAccumulator
+from eroica.producers.kafka.replay import MAX_LAG_NS, _time_ordered
+from eroica.streams.detection import analyze
+from eroica.streams.detection.history import JobHistory
+from eroica.streams.faust.detector import (
+    PATTERNS,
+    VERDICTS,
+    DetectorCore,
+    JobState,
+    decode_state,
+    encode_state,
+)
+from eroica.streams.faust.ingest import RAW, ingest_message
+from eroica.streams.faust.messages import DigestMsg, MessageError, decode_message, encode_message
+from eroica.streams.faust.settings import WorkerSettings
+from eroica.streams.faust.summariser import DEADLETTER, SUMMARIES, JobClock, PartitionSummariser
+
+W = 30 * 10**9
+
+
+def _simulate(tmp_path: Path, args: str, name: str = "run.jsonl") -> Path:
+    from click.testing import CliRunner
+
+    from eroica.cli.main import cli
+
+    out = tmp_path / name
+    res = CliRunner().invoke(cli, ["simulate", *args.split(), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def _messages(path: Path, partitions: int) -> dict[int, list[tuple[str, bytes, int]]]:
+    """(key, value, batch number) per partition, as replay would send them (batch number ~ wall clock)."""
+    parts: dict[int, list] = defaultdict(list)
+
+    def part(key: str) -> int:
+        return zlib.crc32(key.encode()) % partitions
+
+    acc = FrameAccumulator(1000, max_lag_ns=MAX_LAG_NS)
+    keys: dict[str, list] = {}
+    last: dict = {}
+    bi = 0
+    for bi, batch in enumerate(read_batches(path, batch_records=8192)):
+        for job in batch.jobs:
+            parts[part(job.job)].append((job.job, encode_job(job), bi))
+        ready = [f for cols in batch.columns.values() for f in acc.add(cols)]
+        for f in _time_ordered(ready, last):
+            keys.setdefault(f.key, [f.job, f.rank, f.node])
+            parts[part(f.key)].append((f.key, encode_frame(f.cols), bi))
+    for f in _time_ordered(list(acc.drain()), last):
+        keys.setdefault(f.key, [f.job, f.rank, f.node])
+        parts[part(f.key)].append((f.key, encode_frame(f.cols), bi + 1))
+    for k, (job, rank, node) in keys.items():
+        eos = EndOfStream(job, rank, node, 0, 0, {"job_keys": len(keys)})
+        parts[part(k)].append((k, encode_end_of_stream(eos), bi + 1))
+    return parts
+
+
+class _Pipeline:
+    """Summarisers (one per partition) and a detector wired in memory; tokens are (partition, index)."""
+
+    def __init__(self, partitions: int, window_ns: int = W, grace_s: float = 1e9) -> None:
+        self.window_ns = window_ns
+        self.clock = JobClock()
+        self.sums = {p: PartitionSummariser(f"raw/{p}", window_ns, window_ns, 2 * window_ns, hold_s=0.5,
+                                            clock=self.clock) for p in range(partitions)}
+        self.det = DetectorCore(grace_s)
+        self.verdicts: list = []
+        self.patterns: list = []
+        self.deadletters: list = []
+        self.acked: dict[int, set] = defaultdict(set)
+        self.digest_msgs = 0
+
+    def feed(self, p: int, key: str, value: bytes, token: int, now: float) -> None:
+        self.deliver(self.sums[p].on_message(key.encode(), value, (p, token), now, offset=token), now)
+
+    def deliver(self, step, now: float) -> None:
+        for s in step.sends:
+            if s.topic == SUMMARIES:
+                self.digest_msgs += 1
+                self.take(self.det.on_message(s.value, None, 0, now))
+            elif s.topic == DEADLETTER:
+                self.deadletters.append(msgspec.json.decode(s.value))
+        for p, i in step.acks:
+            self.acked[p].add(i)
+
+    def take(self, out) -> None:
+        for s in out.sends:
+            if s.topic == VERDICTS:
+                self.verdicts.append(decode_verdict(s.value))
+            elif s.topic == PATTERNS:
+                self.patterns.extend(msgspec.msgpack.decode(s.value, type=list[WindowSummary]))
+            elif s.topic == DEADLETTER:
+                self.deadletters.append(msgspec.json.decode(s.value))
+
+    def run(self, parts: dict, seed: int, start: dict[int, int] | None = None,
+            stop: dict[int, int] | None = None, paced_s: float | None = None) -> None:
+        """Feed the partitions in a random interleaving; ``now`` is the file batch number, or with
+        ``paced_s`` a clock advancing that much per message (a paced replay: no burst per batch)."""
+        rng = random.Random(seed)
+        n = 0
+        cur = dict(start or {p: 0 for p in parts})
+        end = stop or {p: len(m) for p, m in parts.items()}
+        while True:
+            live = [p for p in parts if cur[p] < end[p]]
+            if not live:
+                break
+            p = rng.choice(live)
+            key, value, t = parts[p][cur[p]]
+            now = float(t) if paced_s is None else n * paced_s
+            n += 1
+            self.feed(p, key, value, cur[p], now)
+            cur[p] += 1
+            if rng.random() < 0.05:
+                for q, ps in self.sums.items():
+                    self.deliver(ps.tick(now), now)
+
+
+def _reference(path: Path, window_ns: int = W) -> list[str]:
+    return sorted(v.verdict_id for v in analyze(read_batches(path), window_ns))
+
+
+SCENARIOS = [
+    "--nodes 2 --gpus 4 --steps 20 --fault gpu_throttle:rank=5 --seed 1",
+    "--nodes 4 --gpus 8 --steps 60 --fault nic:node=node-2 --seed 3",
+    "--nodes 4 --gpus 8 --steps 60 --fault dataloader:node=node-1 --seed 4",
+    "--nodes 4 --gpus 4 --steps 50 --fault hang:rank=3 --seed 4",
+    "--nodes 2 --gpus 8 --pp 2 --steps 60 --fault pp_imbalance:stage=1 --seed 4",
+]
+
+
+@pytest.mark.parametrize("args", SCENARIOS)
+def test_streaming_cores_give_the_verdicts_of_analyze(tmp_path: Path, args: str) -> None:
+    path = _simulate(tmp_path, args)
+    ref = _reference(path)
+    assert ref, "the scenario should produce verdicts"
+    for partitions, seed in ((8, 0), (3, 1)):
+        pipe = _Pipeline(partitions)
+        parts = _messages(path, partitions)
+        pipe.run(parts, seed)
+        assert sorted(v.verdict_id for v in pipe.verdicts) == ref
+        assert sum(ps.stats.late_records for ps in pipe.sums.values()) == 0
+        assert pipe.det.stats.late_windows == 0 and pipe.det.pending_windows() == 0
+        # every message is acknowledged once everything closed
+        assert all(pipe.acked[p] == set(range(len(m))) for p, m in parts.items())
+        assert {r.job for r in pipe.patterns} == {v.job for v in pipe.verdicts}
+
+
+def test_smaller_windows_match_analyze_with_the_same_window(tmp_path: Path) -> None:
+    path = _simulate(tmp_path, SCENARIOS[1])
+    pipe = _Pipeline(8, window_ns=10 * 10**9)
+    pipe.run(_messages(path, 8), 2)
+    assert sorted(v.verdict_id for v in pipe.verdicts) == _reference(path, 10 * 10**9)
+
+
+@pytest.mark.parametrize("window_s", [5, 10])
+def test_paced_replay_with_small_windows_loses_no_record(tmp_path: Path, window_s: int) -> None:
+    """Frames of a sparse rank span ~30 s of event time; windows of 5 s must still get all their records."""
+    path = _simulate(tmp_path, SCENARIOS[1])
+    pipe = _Pipeline(8, window_ns=window_s * 10**9)
+    pipe.run(_messages(path, 8), 3, paced_s=0.05)
+    assert sum(ps.stats.late_records for ps in pipe.sums.values()) == 0
+    assert sorted(v.verdict_id for v in pipe.verdicts) == _reference(path, window_s * 10**9)
+
+
+def test_a_restarted_summariser_rereading_from_the_commit_point_changes_nothing(tmp_path: Path) -> None:
+    path = _simulate(tmp_path, SCENARIOS[1])
+    ref = _reference(path, 10 * 10**9)
+    parts = _messages(path, 4)
+    pipe = _Pipeline(4, window_ns=10 * 10**9)
+    half = {p: len(m) // 2 for p, m in parts.items()}
+    pipe.run(parts, 5, stop=half)
+    # crash: the summarisers lose their memory; each partition resumes at its first unacknowledged message
+    commit = {p: min(set(range(len(m))) - pipe.acked[p], default=len(m)) for p, m in parts.items()}
+    assert any(commit[p] > 0 for p in parts), "some windows should have closed before the crash"
+    pipe.clock = JobClock()
+    pipe.sums = {p: PartitionSummariser(f"raw/{p}", 10 * 10**9, 10 * 10**9, 20 * 10**9, hold_s=0.5,
+                                        clock=pipe.clock) for p in parts}
+    pipe.run(parts, 6, start=commit)
+    ids = [v.verdict_id for v in pipe.verdicts]
+    assert sorted(set(ids)) == ref and len(ids) == len(set(ids))
+    assert pipe.det.stats.duplicate_digests + pipe.det.stats.late_windows > 0  # windows were sent again
+
+
+def test_a_restarted_detector_resumes_from_its_state(tmp_path: Path) -> None:
+    path = _simulate(tmp_path, SCENARIOS[1])
+    ref = _reference(path, 10 * 10**9)
+    parts = _messages(path, 4)
+    pipe = _Pipeline(4, window_ns=10 * 10**9)
+    # collect the summaries messages, then feed the detector up to a crash point and again from its state
+    summaries: list[bytes] = []
+    pipe.det.on_message = lambda value, *a, **k: (summaries.append(value), type(pipe.det).on_message(  # type: ignore
+        pipe.det, value, len(summaries) - 1, 0, 0.0))[1]
+    outs = []
+    pipe.take = outs.append  # type: ignore
+    pipe.run(parts, 7)
+    det = DetectorCore(1e9)
+    acked: set[int] = set()
+    saved: dict[str, bytes] = {}
+    verdicts = []
+    crash = len(summaries) // 2
+    for i, value in enumerate(summaries[:crash]):
+        out = det.on_message(value, i, 0, 0.0)
+        verdicts += [decode_verdict(s.value).verdict_id for s in out.sends if s.topic == VERDICTS]
+        saved.update({st.job: encode_state(st) for st in out.persist})
+        acked.update(out.acks)
+    restart = min(set(range(len(summaries))) - acked)
+    assert verdicts and saved and 0 < restart < crash  # some windows done, some digests to read again
+    det2 = DetectorCore(1e9)
+    for data in saved.values():
+        det2.restore(decode_state(data))
+    for i in range(restart, len(summaries)):
+        out = det2.on_message(summaries[i], i, 0, 0.0)
+        verdicts += [decode_verdict(s.value).verdict_id for s in out.sends if s.topic == VERDICTS]
+    assert sorted(set(verdicts)) == ref
+
+
+def test_grace_period_analyses_an_incomplete_window_and_late_digests_are_dropped(tmp_path: Path) -> None:
+    path = _simulate(tmp_path, SCENARIOS[0])
+    parts = _messages(path, 4)
+    # keep partition 0 away: its ranks never report
+    pipe = _Pipeline(4, grace_s=5.0)
+    pipe.run({p: m for p, m in parts.items() if p != 0}, 1)
+    assert not pipe.verdicts and pipe.det.pending_windows() > 0
+    pipe.take(pipe.det.due(now=1.0))
+    assert not pipe.verdicts
+    pipe.take(pipe.det.due(now=1e6))
+    assert pipe.det.pending_windows() == 0 and pipe.det.stats.forced_windows > 0
+    # partition 0 finally reports: its digests are late, counted and dropped
+    before = len(pipe.verdicts)
+    pipe.run({0: parts[0]}, 2)
+    assert pipe.det.stats.late_windows > 0 and len(pipe.verdicts) == before
+
+
+def test_corrupt_frames_are_dead_lettered_and_the_partition_goes_on(tmp_path: Path) -> None:
+    path = _simulate(tmp_path, SCENARIOS[0])
+    parts = _messages(path, 2)
+    for bad in (b"not a frame", b"EF\x01Cgarbage", b'{"type":"fn"}', b"EF\x09C"):
+        parts[0].insert(1, ("sim-1/0", bad, 0))
+    pipe = _Pipeline(2)
+    pipe.run(parts, 3)
+    assert sorted(v.verdict_id for v in pipe.verdicts) == _reference(path)
+    assert len(pipe.deadletters) == 4
+    reasons = " ".join(d["reason"] for d in pipe.deadletters)
+    assert "not an Eroica frame" in reasons and "corrupt columns frame" in reasons
+    assert "unsupported frame format version" in reasons
+    assert all(d["source"] == "raw/0" and d["line"] >= 0 for d in pipe.deadletters)
+
+
+def test_detector_dead_letters_foreign_messages() -> None:
+    det = DetectorCore(1.0)
+    out = det.on_message(b"\x93\x01\x02\x03", "tok", 3, 0.0, offset=7, source="s")
+    assert out.acks == ["tok"] and len(out.sends) == 1 and out.sends[0].topic == "deadletter"
+    doc = msgspec.json.decode(out.sends[0].value)
+    assert doc["source"] == "s/3" and doc["line"] == 7 and "not a summaries message" in doc["reason"]
+    with pytest.raises(MessageError):
+        decode_message(b"")
+
+
+def test_ingest_turns_lines_into_frames_and_dead_letters() -> None:
+    lines = [
+        b'{"type":"job","job":"j","world_size":2}',
+        b'{"type":"fn","job":"j","node":"n","rank":0,"step":0,"fn":"f","kind":"kernel","ts_ns":1,"dur_ns":2}',
+        b'{"type":"fn","job":"j","node":"n","rank":1,"step":0,"fn":"f","kind":"kernel","ts_ns":1,"dur_ns":-2}',
+        b"{not json",
+        b'{"type":"gpu","job":"j","node":"n","rank":1,"gpu":0,"ts_ns":5}',
+        b"",
+    ]
+    sends, counts = ingest_message(b"\n".join(lines), "ingest/0@9")
+    assert counts == {"lines": 5, "records": 2, "jobs": 1, "invalid": 2, "frames": 2}
+    dead = [msgspec.json.decode(s.value) for s in sends if s.topic == DEADLETTER]
+    assert [d["line"] for d in dead] == [3, 4] and all(d["source"] == "ingest/0@9" for d in dead)
+    assert "dur_ns" in dead[0]["reason"] and "invalid JSON" in dead[1]["reason"]
+    assert sorted(s.key for s in sends if s.topic == RAW) == [b"j", b"j/0", b"j/1"]
+
+
+def test_messages_and_state_round_trip() -> None:
+    from eroica.models.digest import WindowDigest
+
+    d = DigestMsg(job="j", start_ns=0, end_ns=10, source="raw/1", keys=["j/0"], closed_through_ns=0,
+                  records=5, digest=WindowDigest("j", 0, 10))
+    assert decode_message(encode_message(d)) == d
+    st = JobState(job="j", partition=2, history=JobHistory(job="j", windows=3, last_start_ns=5), done_through_ns=5)
+    assert decode_state(encode_state(st)) == st
+
+
+def test_frame_accumulator_bounds_event_time_lag() -> None:
+    """Sparse streams are not held until 1000 records (or the end), nor cut into frames spanning minutes."""
+    recs = [FnRecord(job="j", node="n", rank=r, step=0, fn="f", kind="kernel", ts_ns=t * 10**9, dur_ns=1)
+            for t in range(100) for r in ((0, 1) if t % 10 == 0 else (0,))]
+    cols = from_records("fn", recs)
+    acc = FrameAccumulator(1000, max_lag_ns=5 * 10**9)
+    out = []
+    for lo in range(0, len(cols), 7):
+        out += list(acc.add(cols.take(np.arange(lo, min(lo + 7, len(cols))))))
+    out += list(acc.drain())
+    assert sum(len(f.cols) for f in out) == len(cols)
+    for f in out:
+        ts = f.cols.arrays["ts_ns"]
+        assert ts.max() - ts.min() <= 5 * 10**9
+
+
+def test_settings_from_env() -> None:
+    s = WorkerSettings.from_env({"EROICA_WINDOW_S": "10", "EROICA_WEB_PORT": "off", "EROICA_LOG_LEVEL": "WARNING",
+                                 "EROICA_INGEST": "0", "EROICA_DATA_DIR": "/tmp/x"})
+    assert (s.window_ns, s.lateness_ns, s.max_skew_ns, s.web_port, s.log_level, s.ingest) == \
+        (10 * 10**9, 10 * 10**9, 20 * 10**9, None, "warn", False)
+    assert s.app_id_for("detector") == "eroica-detector"
+    with pytest.raises(ValueError, match="EROICA_IDLE_CLOSE_S"):
+        WorkerSettings.from_env({"EROICA_IDLE_CLOSE_S": "soon"})
+    with pytest.raises(ValueError, match="EROICA_WEB_PORT"):
+        WorkerSettings.from_env({"EROICA_WEB_PORT": "99999"})

@@ -1,0 +1,460 @@
+"""The faust workers: ``summariser`` (raw frames + ingest -> digests) and ``detector`` (digests -> verdicts).
+
+The logic lives in pure modules (``summariser.py``, ``detector.py``,
+``ingest.py``); this module wires them to faust: topics, agents, timers, held
+acknowledgements (:class:`~eroica.streams.faust.faustfix.AckGate`), the
+detector's state topic, the ``/eroica/stats`` page and the worker process
+with a shutdown deadline. See the package docstring for the design.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import asdict
+from typing import Any, Iterable
+
+import faust
+
+from eroica.models.reader import Invalid
+from eroica.producers.kafka.config import KafkaConfig
+from eroica.producers.kafka.deadletter import encode_deadletter
+
+from . import faustfix
+from .detector import PATTERNS, VERDICTS, DetectorCore, Output, encode_state
+from .ingest import RAW, ingest_message
+from .settings import ROLES, WorkerSettings
+from .state import load_partition
+from .summariser import DEADLETTER, SUMMARIES, JobClock, PartitionSummariser, Send, Step, SummariserStats
+
+log = logging.getLogger("eroica.streams.faust")
+
+TICK_S = 0.25
+EXIT_FORCED = 1
+
+
+def state_topic_name(app_id: str) -> str:
+    """The detector's state topic (one per application id, like a faust changelog)."""
+    return f"{app_id}.state"
+
+
+def topics_for(role: str, config: KafkaConfig, app_id: str) -> dict[str, int]:
+    """Topics a role reads or writes, with partition counts (created at start if missing)."""
+    p = config.partitions
+    if role == "summariser":
+        names = [config.raw_topic, config.ingest_topic, config.summaries_topic, config.deadletter_topic]
+    elif role == "detector":
+        names = [config.summaries_topic, config.verdicts_topic, config.patterns_topic, config.deadletter_topic,
+                 state_topic_name(app_id)]
+    else:
+        raise ValueError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
+    return {n: p for n in names}
+
+
+def build_app(role: str, settings: WorkerSettings, config: KafkaConfig, web_port: int | None) -> faust.App:
+    """A faust app tuned for this stack (streaming-notes: session timeout, fetch wait, web bind...)."""
+    faustfix.apply()
+    app_id = settings.app_id_for(role)
+    datadir = settings.data_dir / app_id
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # faust fails when the parent is missing
+    brokers = [f"kafka://{b.strip()}" for b in config.bootstrap.split(",") if b.strip()]
+    return faust.App(
+        app_id,
+        broker=brokers,
+        store="memory://",
+        datadir=str(datadir),
+        autodiscover=False,
+        key_serializer="raw",
+        value_serializer="raw",
+        topic_partitions=config.partitions,
+        topic_allow_declare=True,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=6.0,  # tansu's JoinGroup waits half of it
+        broker_heartbeat_interval=1.5,
+        broker_commit_interval=1.0,
+        broker_commit_livelock_soft_timeout=3600.0,  # acks are held for a window on purpose
+        stream_wait_empty=False,  # held acks must not block a rebalance
+        table_standby_replicas=0,
+        web_enabled=web_port is not None,
+        web_bind="127.0.0.1",
+        web_host="127.0.0.1",
+        web_port=web_port or 6066,
+        worker_redirect_stdouts=False,
+        producer_linger=0.005,
+    )
+
+
+class _Outputs:
+    """Sends role-named messages and waits for the broker's acknowledgements."""
+
+    WARN_EVERY_S = 10.0
+
+    def __init__(self, topics: dict[str, Any]) -> None:
+        self.topics = topics
+        self.sent = 0
+        self.deadletters = 0
+        self._warned = float("-inf")
+
+    async def send(self, sends: Iterable[Send]) -> None:
+        futs = []
+        for s in sends:
+            if s.topic == DEADLETTER:
+                self.deadletters += 1
+                now = time.monotonic()
+                if now - self._warned >= self.WARN_EVERY_S:
+                    self._warned = now
+                    log.warning("dead letter (%d so far): %s", self.deadletters,
+                                s.value[:300].decode("utf-8", "replace"))
+            futs.append(await self.topics[s.topic].send(key=s.key, value=s.value, force=True))
+        if futs:
+            await asyncio.gather(*futs)
+            self.sent += len(futs)
+
+
+def _failed(source: str, offset: int, value: bytes | None, exc: BaseException, token: Any) -> Step:
+    """A message whose processing raised: logged, dead-lettered, acknowledged; the worker goes on."""
+    log.exception("processing %s@%d failed; dead-lettered", source, offset)
+    bad = Invalid(source, offset, f"processing failed: {type(exc).__name__}: {exc}", bytes((value or b"")[:4096]))
+    return Step([Send(DEADLETTER, source.encode(), encode_deadletter(bad))], [token])
+
+
+def _assigned(app: faust.App, topic: str) -> list[int]:
+    """Partitions of ``topic`` this worker holds now (empty before the first assignment)."""
+    try:
+        return sorted(tp.partition for tp in app.consumer.assignment() if tp.topic == topic)
+    except Exception:
+        return []
+
+
+def _revoked_arg(args: tuple, kwargs: dict) -> set:
+    revoked = kwargs.get("revoked")
+    if revoked is None:
+        revoked = next((a for a in args if isinstance(a, (set, frozenset))), set())
+    return set(revoked)
+
+
+async def _ensure_base(app: faust.App, tp: Any) -> None:
+    """Before the first commit of a partition never committed, learn where it starts."""
+    if app.consumer._committed_offset.get(tp) is None and tp not in faustfix._base_offsets:
+        offsets = await app.consumer.earliest_offsets(tp)
+        faustfix.set_base_offset(tp, offsets.get(tp, 0) or 0)
+
+
+class SummariserWorker:
+    """Agents ``eroica-summariser`` (raw topic) and ``eroica-ingest`` (ingest topic), plus a timer."""
+
+    def __init__(self, app: faust.App, settings: WorkerSettings, config: KafkaConfig) -> None:
+        self.app, self.settings, self.config = app, settings, config
+        P = config.partitions
+        self.raw = app.topic(config.raw_topic, key_type=bytes, value_type=bytes, partitions=P)
+        self.ingest = app.topic(config.ingest_topic, key_type=bytes, value_type=bytes, partitions=P)
+        self.out = _Outputs({
+            SUMMARIES: app.topic(config.summaries_topic, key_type=bytes, value_type=bytes, partitions=P),
+            DEADLETTER: app.topic(config.deadletter_topic, key_type=bytes, value_type=bytes, partitions=P),
+            RAW: self.raw,
+        })
+        self.parts: dict[int, PartitionSummariser] = {}
+        self.clock = JobClock()
+        self.retired = SummariserStats()
+        self.gate = faustfix.AckGate()
+        self.lock = asyncio.Lock()
+        self.ingest_counts = {"messages": 0, "lines": 0, "records": 0, "jobs": 0, "invalid": 0, "frames": 0}
+        self.started = time.monotonic()
+        self.first_frame_at: float | None = None
+        self.last_frame_at: float | None = None
+
+        async def summarise(stream: Any) -> None:
+            async for event in stream.noack().events():
+                await self.on_raw(event)
+
+        async def ingest(stream: Any) -> None:
+            async for event in stream.noack().events():
+                await self.on_ingest(event)
+
+        async def tick() -> None:
+            await self.tick()
+
+        async def on_revoked(*args: Any, **kwargs: Any) -> None:
+            revoked = _revoked_arg(args, kwargs)
+            async with self.lock:
+                for tp in revoked:
+                    if tp.topic == config.raw_topic and tp.partition in self.parts:
+                        self.retired.add(self.parts.pop(tp.partition).stats)
+                self.gate.drop(revoked)
+
+        app.agent(self.raw, name="eroica-summariser")(summarise)
+        if settings.ingest:
+            app.agent(self.ingest, name="eroica-ingest")(ingest)
+        app.timer(TICK_S)(tick)
+        app.on_partitions_revoked.connect(on_revoked)
+
+    def _partition(self, p: int) -> PartitionSummariser:
+        ps = self.parts.get(p)
+        if ps is None:
+            s = self.settings
+            ps = self.parts[p] = PartitionSummariser(f"{self.config.raw_topic}/{p}", s.window_ns, s.lateness_ns,
+                                                     s.max_skew_ns, hold_s=s.close_hold_s, clock=self.clock)
+        return ps
+
+    async def deliver(self, step: Step) -> None:
+        if step.sends:
+            await self.out.send(step.sends)
+        if step.acks:
+            self.gate.release_all(step.acks)
+
+    async def on_raw(self, event: Any) -> None:
+        held = self.gate.hold(event)
+        msg = event.message
+        if msg.partition not in self.parts:
+            await _ensure_base(self.app, msg.tp)
+        now = time.monotonic()
+        if self.first_frame_at is None:
+            self.first_frame_at = now
+        self.last_frame_at = now
+        async with self.lock:
+            try:
+                step = self._partition(msg.partition).on_message(event.key, event.value, held, now, msg.offset)
+            except Exception as exc:  # a bug must not stop the partition: the message goes to the dead letters
+                step = _failed(f"{self.config.raw_topic}/{msg.partition}", msg.offset, event.value, exc, held)
+            await self.deliver(step)
+
+    async def on_ingest(self, event: Any) -> None:
+        held = self.gate.hold(event)
+        msg = event.message
+        await _ensure_base(self.app, msg.tp)
+        source = f"{self.config.ingest_topic}/{msg.partition}@{msg.offset}"
+        try:
+            sends, counts = ingest_message(event.value, source, self.config.frame_records)
+        except Exception as exc:
+            sends, counts = _failed(source, msg.offset, event.value, exc, held).sends, {}
+        self.ingest_counts["messages"] += 1
+        for k, v in counts.items():
+            self.ingest_counts[k] += v
+        await self.out.send(sends)
+        self.gate.release(held)
+
+    async def tick(self) -> None:
+        now = time.monotonic()
+        async with self.lock:
+            for ps in list(self.parts.values()):
+                try:
+                    step = ps.tick(now, self.settings.idle_close_s)
+                except Exception:  # logged; the next tick tries again
+                    log.exception("closing windows of %s failed", ps.source)
+                    continue
+                await self.deliver(step)
+
+    def stats(self) -> dict:
+        total = SummariserStats()
+        total.add(self.retired)
+        for ps in self.parts.values():
+            total.add(ps.stats)
+        busy = (self.last_frame_at - self.first_frame_at) if self.first_frame_at and self.last_frame_at else 0.0
+        return {"role": "summariser", "app_id": self.app.conf.id,
+                "assigned": _assigned(self.app, self.config.raw_topic), "partitions": sorted(self.parts),
+                **asdict(total), "held_messages": self.gate.pending(), "sent": self.out.sent,
+                "deadletters": self.out.deadletters,
+                "ingest": dict(self.ingest_counts), "first_to_last_frame_s": round(busy, 3),
+                "uptime_s": round(time.monotonic() - self.started, 1)}
+
+
+class DetectorWorker:
+    """Agent ``eroica-detector`` (summaries topic), a grace timer, and the state topic."""
+
+    def __init__(self, app: faust.App, settings: WorkerSettings, config: KafkaConfig) -> None:
+        self.app, self.settings, self.config = app, settings, config
+        P = config.partitions
+        self.summaries = app.topic(config.summaries_topic, key_type=bytes, value_type=bytes, partitions=P)
+        self.state_name = state_topic_name(app.conf.id)
+        self.state = app.topic(self.state_name, key_type=bytes, value_type=bytes, partitions=P)
+        self.out = _Outputs({
+            VERDICTS: app.topic(config.verdicts_topic, key_type=bytes, value_type=bytes, partitions=P),
+            PATTERNS: app.topic(config.patterns_topic, key_type=bytes, value_type=bytes, partitions=P),
+            DEADLETTER: app.topic(config.deadletter_topic, key_type=bytes, value_type=bytes, partitions=P),
+        })
+        self.core = DetectorCore(settings.detect_grace_s)
+        self.loaded: set[int] = set()
+        self.gate = faustfix.AckGate()
+        self.lock = asyncio.Lock()
+        self.state_writes = 0
+        self.started = time.monotonic()
+        self.last_verdict_at: float | None = None
+
+        async def detect(stream: Any) -> None:
+            async for event in stream.noack().events():
+                await self.on_summary(event)
+
+        async def tick() -> None:
+            await self.tick()
+
+        async def on_revoked(*args: Any, **kwargs: Any) -> None:
+            revoked = _revoked_arg(args, kwargs)
+            parts = {tp.partition for tp in revoked if tp.topic == config.summaries_topic}
+            async with self.lock:
+                self.core.drop_partitions(parts)
+                self.loaded -= parts
+                self.gate.drop(revoked)
+
+        app.agent(self.summaries, name="eroica-detector")(detect)
+        app.timer(TICK_S)(tick)
+        app.on_partitions_revoked.connect(on_revoked)
+
+    async def deliver(self, out: Output) -> None:
+        if out.sends:
+            await self.out.send(out.sends)
+            if any(s.topic == VERDICTS for s in out.sends):
+                self.last_verdict_at = time.monotonic()
+        if out.persist:
+            futs = [await self.state.send(key=st.job.encode(), value=encode_state(st), partition=st.partition,
+                                          force=True) for st in out.persist]
+            await asyncio.gather(*futs)
+            self.state_writes += len(futs)
+        if out.acks:
+            self.gate.release_all(out.acks)
+
+    async def on_summary(self, event: Any) -> None:
+        held = self.gate.hold(event)
+        msg = event.message
+        async with self.lock:
+            if msg.partition not in self.loaded:
+                await _ensure_base(self.app, msg.tp)
+                for st in await load_partition(self.config.bootstrap, self.state, self.state_name, msg.partition):
+                    st.partition = msg.partition
+                    self.core.restore(st)
+                self.loaded.add(msg.partition)
+            try:
+                out = self.core.on_message(event.value, held, msg.partition, time.monotonic(), msg.offset,
+                                           source=self.config.summaries_topic)
+            except Exception as exc:  # a bug must not stop the partition: the message goes to the dead letters
+                step = _failed(f"{self.config.summaries_topic}/{msg.partition}", msg.offset, event.value, exc, held)
+                out = Output(sends=step.sends, acks=step.acks)
+            await self.deliver(out)
+
+    async def tick(self) -> None:
+        async with self.lock:
+            try:
+                out = self.core.due(time.monotonic())
+            except Exception:  # logged; the next tick tries again
+                log.exception("detecting due windows failed")
+                return
+            await self.deliver(out)
+
+    def stats(self) -> dict:
+        return {"role": "detector", "app_id": self.app.conf.id,
+                "assigned": _assigned(self.app, self.config.summaries_topic), "partitions": sorted(self.loaded),
+                **asdict(self.core.stats), "jobs": len(self.core.jobs), "pending_windows": self.core.pending_windows(),
+                "held_messages": self.gate.pending(), "sent": self.out.sent, "deadletters": self.out.deadletters,
+                "state_writes": self.state_writes,
+                "uptime_s": round(time.monotonic() - self.started, 1)}
+
+
+def install(role: str, app: faust.App, settings: WorkerSettings, config: KafkaConfig) -> Any:
+    """Register a role's agents, timers and ``/eroica/stats`` page on ``app``; returns the role object."""
+    worker: SummariserWorker | DetectorWorker
+    if role == "summariser":
+        worker = SummariserWorker(app, settings, config)
+    elif role == "detector":
+        worker = DetectorWorker(app, settings, config)
+    else:
+        raise ValueError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
+
+    @app.page("/eroica/stats")
+    async def stats_page(web: Any, request: Any) -> Any:
+        return web.json(worker.stats())
+
+    if settings.stats_interval_s > 0:
+        @app.timer(settings.stats_interval_s)
+        async def log_stats() -> None:
+            log.info("stats %s", worker.stats())
+
+    @app.on_rebalance_complete.connect
+    async def on_rebalanced(*args: Any, **kwargs: Any) -> None:
+        log.info("%s %s: assignment %s", role, app.conf.id,
+                 sorted((tp.topic, tp.partition) for tp in app.consumer.assignment()))
+
+    return worker
+
+
+class _DeadlineWorker(faust.Worker):
+    """A faust worker that exits by a deadline once told to stop (a worker whose broker is gone can hang)."""
+
+    def __init__(self, *args: Any, shutdown_timeout_s: float, on_stop: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline_s = shutdown_timeout_s
+        self._armed = False
+        self._on_stop_cb = on_stop
+
+    def _arm(self) -> None:
+        if self._armed:
+            return
+        self._armed = True
+
+        def force() -> None:
+            log.error("worker did not stop within %.1f s of the signal: exiting now", self._deadline_s)
+            logging.shutdown()
+            os._exit(EXIT_FORCED)
+
+        t = threading.Timer(self._deadline_s, force)
+        t.daemon = True
+        t.start()
+
+    def _on_sigterm(self) -> None:
+        self._arm()
+        super()._on_sigterm()
+
+    def _on_sigint(self) -> None:
+        self._arm()
+        super()._on_sigint()
+
+    def on_worker_shutdown(self) -> None:
+        if self._on_stop_cb is not None:
+            try:
+                self._on_stop_cb()
+            except Exception:  # pragma: no cover - logging only
+                log.exception("final stats failed")
+        self._arm()  # a crash or stop without a signal must not hang either
+        super().on_worker_shutdown()
+
+
+def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig | None = None,
+        connect_timeout_s: float = 30.0) -> int:
+    """Run one worker in this process until SIGTERM/SIGINT; returns the exit status (0 after a clean stop)."""
+    from eroica.stack.tansu import BrokerError, create_topics, free_port, wait_for_broker
+
+    settings = settings or WorkerSettings.from_env()
+    config = config or KafkaConfig.from_env()
+    app_id = settings.app_id_for(role)
+    try:
+        wait_for_broker(config.bootstrap, timeout_s=connect_timeout_s)
+        create_topics(config.bootstrap, topics_for(role, config, app_id))
+    except BrokerError as exc:
+        print(f"eroica worker {role}: {exc}", file=sys.stderr)
+        return 1
+    port = settings.web_port
+    if port == 0:
+        port = free_port()
+    # A summariser holds a window's frames (tens of thousands of small containers): with the
+    # default thresholds the cyclic GC's full passes rescan them all, again and again, and
+    # cost up to a third of the worker's time. Young collections stay as they are.
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 1_000)
+    app = build_app(role, settings, config, port)
+    worker_obj = install(role, app, settings, config)
+    worker = _DeadlineWorker(app, loglevel=settings.log_level, shutdown_timeout_s=settings.shutdown_timeout_s,
+                             quiet=True, on_stop=lambda: log.info("final stats %s", worker_obj.stats()))
+    web = f"http://127.0.0.1:{port}/eroica/stats" if port else "off"
+
+    @app.task
+    async def announce() -> None:  # once faust has set up logging
+        log.info("eroica %s worker %s on %s; window %.0f s, lateness %.0f s; stats %s", role, app_id,
+                 config.bootstrap, settings.window_s, settings.lateness_ns / 1e9, web)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0

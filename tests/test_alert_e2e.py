@@ -1,0 +1,85 @@
+"""`eroica alert` end to end: a replayed fault that stops -> exactly one "opened" and one "resolved".
+
+The detector's output for a 16-rank job whose rank 5 GPU is throttled for
+the first 40 of 80 steps (verdicts + per-window summaries, exactly what the
+streaming detector publishes) is published in two halves onto a real broker;
+`eroica alert` runs as a subprocess with a local webhook, and is SIGKILLed and
+restarted in between. The webhook must see one "opened" and one "resolved",
+nothing twice, and the restarted process's metrics must count its delivery.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from alert_helpers import Webhook, detector_windows, publish
+from sink_helpers import wait_for
+
+from eroica.stack.metrics import read_announcement, scrape
+
+PARTITIONS = 2
+
+
+def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    out = open(log, "ab")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "eroica.cli", "alert", *args], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        out.close()
+
+
+def test_opened_once_and_resolved_once_across_a_sigkill(kafka_bootstrap: str, tmp_path: Path) -> None:
+    windows = detector_windows(tmp_path)
+    opening = [w for w in windows if any(c >= 0.7 for _i, c in w.incidents)]
+    assert len(opening) == 3 and windows[-1].incidents == [], "the fixture run changed"
+    prefix = f"e{uuid.uuid4().hex[:8]}"
+    verdicts, patterns = f"{prefix}.eroica.verdicts", f"{prefix}.eroica.patterns"
+    hook = Webhook()
+    env = {**os.environ, "EROICA_KAFKA_TOPIC_VERDICTS": verdicts, "EROICA_KAFKA_TOPIC_PATTERNS": patterns,
+           "EROICA_KAFKA_PARTITIONS": str(PARTITIONS), "EROICA_ALERT_SESSION_TIMEOUT_MS": "2000",
+           "EROICA_METRICS_PORT": "0", "EROICA_DATA_DIR": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1"}
+    args = ["--webhook", hook.url, "--kafka", kafka_bootstrap, "--group", f"{prefix}.alert",
+            "--state", str(tmp_path / "state.json"), "--resolve-after", "2", "--reminder", "off",
+            "--stale-after", "10m", "--min-confidence", "0.7", "--format", "json"]
+    log = tmp_path / "alert.log"
+    procs: list[subprocess.Popen] = []
+    try:
+        procs.append(_start(args, env, log))
+        publish(kafka_bootstrap, verdicts, patterns, windows[:4])    # the fault, and the window it stops in
+        wait_for(lambda: hook.events() == ["opened"], 40, "the opened notification")
+        os.killpg(procs[0].pid, signal.SIGKILL)                       # no chance to commit or clean up
+        procs[0].wait(10)
+        publish(kafka_bootstrap, verdicts, patterns, windows[:2])    # a replay re-sends some of it
+        procs.append(_start(args, env, log))
+        publish(kafka_bootstrap, verdicts, patterns, windows[4:])    # healthy windows: the fault stopped
+        wait_for(lambda: "resolved" in hook.events(), 40, "the resolved notification")
+        time.sleep(1.5)                                               # room for a duplicate to show up
+        assert hook.events() == ["opened", "resolved"], log.read_text()[-3000:]
+        assert len(set(hook.ids())) == 2
+        opened, resolved = (r["body"] for r in hook.received)
+        assert opened["incident_id"] == resolved["incident_id"] and opened["rank"] == 5
+        assert opened["component"] == "gpu" and resolved["resolution"] == "windows"
+        # the second process announced its metrics and counted its delivery
+        ann = wait_for(lambda: read_announcement(tmp_path / "data"), 10, "the metrics announcement")
+        samples = scrape(ann["url"])
+        assert samples['eroica_alert_notifications_total{event=resolved,outcome=delivered}'] == 1
+        assert 'eroica_alert_notifications_total{event=opened,outcome=delivered}' not in samples
+        procs[1].send_signal(signal.SIGTERM)
+        assert procs[1].wait(20) == 0, log.read_text()[-3000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+        hook.close()
+    if procs[1].returncode not in (0, -signal.SIGKILL):
+        pytest.fail(log.read_text()[-3000:])
