@@ -42,6 +42,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from eroica.models.verdict import Verdict
 from eroica.producers.kafka.publisher import _RateLimitedLogger
 from eroica.stack import metrics
+from eroica.sinks.pausing import PartitionPause
 
 from .config import AlertConfig
 from .incidents import Notification
@@ -137,7 +138,7 @@ class AlertConsumer:
         self._last_checkpoint = time.monotonic()
         self._next_tick = 0.0
         self._next_prune = 0.0
-        self._paused: list[TopicPartition] = []
+        self._paused = PartitionPause()
         self._committed: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
         self._stop_at: float | None = None
@@ -402,24 +403,10 @@ class AlertConsumer:
 
     # -- waiting while the webhook is down -------------------------------------------------------------------
     def _pause(self) -> None:
-        if self._consumer is None or self._paused:
-            return
-        try:
-            self._paused = list(self._consumer.assignment())
-            if self._paused:
-                self._consumer.pause(self._paused)
-        except KafkaException as exc:
-            log.warning("pausing partitions: %s", exc)
-            self._paused = []
+        self._paused.pause(self._consumer)
 
     def _resume(self) -> None:
-        if self._consumer is None or not self._paused:
-            return
-        try:
-            self._consumer.resume(self._paused)
-        except KafkaException as exc:
-            log.warning("resuming partitions: %s", exc)
-        self._paused = []
+        self._paused.resume(self._consumer)
 
     def _idle(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -447,4 +434,4 @@ class AlertConsumer:
             self._pending.pop(key, None)
             self._committed.pop(key, None)
         gone = set(partitions)
-        self._paused = [p for p in self._paused if (p.topic, p.partition) not in gone]
+        self._paused.forget(gone)

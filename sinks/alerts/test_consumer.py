@@ -128,7 +128,7 @@ def test_webhook_down_then_up_delivers_once_and_commits_only_after(kafka_bootstr
         webhook.down = False
         wait_for(lambda: webhook.events() == ["opened"], 20, "the delivery after the webhook came back")
         wait_for(lambda: _committed_total(cfg, cfg.kafka.verdicts_topic) == 3, 20, "the offsets committed after it")
-        assert _committed_total(cfg, cfg.kafka.patterns_topic) == 3
+        wait_for(lambda: _committed_total(cfg, cfg.kafka.patterns_topic) == 3, 20, "the patterns offsets committed")
         publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.patterns_topic, windows[3:])
         wait_for(lambda: "resolved" in webhook.events(), 30, "the resolved notification")
     assert not getattr(consumer, "errors")

@@ -44,6 +44,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from eroica.producers.kafka.publisher import _RateLimitedLogger
 from eroica.stack import metrics
+from eroica.sinks.pausing import PartitionPause
 
 from .client import ClickHouseError, ClickHouseUnavailableError
 from .config import RetryPolicy
@@ -133,7 +134,7 @@ class SinkWorker:
         self._stop = threading.Event()
         self._stop_at: float | None = None
         self._flushing = False
-        self._paused: list[TopicPartition] = []
+        self._paused = PartitionPause()
         self._http: Any = None
         self._endpoint_dir: str | None = None
         self.ready = threading.Event()  # set once consuming (tests, orchestration)
@@ -460,24 +461,10 @@ class SinkWorker:
 
     # -- waiting while paused --------------------------------------------------------
     def _pause(self) -> None:
-        if self._consumer is None or self._paused:
-            return
-        try:
-            self._paused = list(self._consumer.assignment())
-            if self._paused:
-                self._consumer.pause(self._paused)
-        except KafkaException as exc:
-            log.warning("pausing partitions: %s", exc)
-            self._paused = []
+        self._paused.pause(self._consumer)
 
     def _resume(self) -> None:
-        if self._consumer is None or not self._paused:
-            return
-        try:
-            self._consumer.resume(self._paused)
-        except KafkaException as exc:
-            log.warning("resuming partitions: %s", exc)
-        self._paused = []
+        self._paused.resume(self._consumer)
 
     def _idle(self, seconds: float) -> None:
         """Wait while staying a live group member (poll serves rebalances); early out past the deadline."""
@@ -507,8 +494,7 @@ class SinkWorker:
             except _TransientError as exc:
                 log.warning("rebalance while ClickHouse is away (%s): the batch is left for re-reading", exc)
         self._drop([(p.topic, p.partition) for p in partitions])
-        self._paused = [p for p in self._paused if (p.topic, p.partition) not in
-                        {(q.topic, q.partition) for q in partitions}]
+        self._paused.forget((q.topic, q.partition) for q in partitions)
         self.stats.assigned = []
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
