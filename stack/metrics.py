@@ -51,10 +51,9 @@ safe): ``records_in("summariser", topic, n)``, ``window_closed("summariser")``,
 topic, n)``, ``invalid("summariser", reason)``, ``queue_drop("agent", n)``;
 and ``serve("summariser")`` once at process start.
 
-Wired today: the sink worker (``sinks/clickhouse/worker.py``), the alert
-consumer (``sinks/alerts/consumer.py``) and the Kafka publisher's queue drops
-(``producers/kafka/publisher.py``). Still to add in the stream workers, which
-were being written when this module landed (one call each):
+Wired: the sink worker (``sinks/clickhouse/worker.py``), the alert consumer
+(``sinks/alerts/consumer.py``), the Kafka publisher's queue drops
+(``producers/kafka/publisher.py``) and the stream workers:
 
 - ``streams/faust/workers.py``, where a worker process starts: ``serve(role)``;
 - ``streams/faust/summariser.py`` ``_on_frame`` (beside ``stats.records += n``):

@@ -43,6 +43,7 @@ from eroica.producers.kafka.deadletter import encode_deadletter
 from eroica.streams.detection.detector import detect_step
 from eroica.streams.detection.history import JobHistory
 from eroica.streams.detection.patterns import pattern_summaries
+from eroica.stack import metrics
 
 from .messages import DigestMsg, EndMsg, JobMsg, MessageError, decode_message
 from .summariser import DEADLETTER, Send
@@ -301,6 +302,9 @@ class DetectorCore:
         rows = pattern_summaries(merged)
         self.stats.windows += 1
         self.stats.verdicts += len(verdicts)
+        metrics.window_closed("detector")
+        metrics.detection_delay("detector", (self.wall_ns() - merged.end_ns) / 1e9)
+        metrics.records_out("detector", VERDICTS, len(verdicts))
         self.stats.pattern_rows += len(rows)
         key = st.job.encode()
         sends = [Send(VERDICTS, key, encode_verdict(v)) for v in verdicts]

@@ -57,6 +57,7 @@ from eroica.producers.kafka.deadletter import encode_deadletter
 from eroica.producers.kafka.framing import frame_key
 from eroica.streams.detection.summarise import digest_window
 from eroica.streams.detection.windows import JobWindow, WindowAssembler
+from eroica.stack import metrics
 
 from .messages import DigestMsg, EndMsg, JobMsg, ProgressMsg, encode_message
 
@@ -321,6 +322,7 @@ class PartitionSummariser:
         lo, hi = int(ts.min()), int(ts.max())
         self.stats.frames += 1
         self.stats.records += n
+        metrics.records_in("summariser", cols.type, n)
         late_before = self.asm.late_records
         self.asm.add_frame(cols, job, lo, hi)
         self.stats.late_records += self.asm.late_records - late_before
@@ -410,6 +412,7 @@ class PartitionSummariser:
             step.sends.append(Send(SUMMARIES, key_bytes, encode_message(msg)))
             self.stats.digests += 1
             self.stats.digest_records += records
+            metrics.window_closed("summariser")
         if end:
             msg_end = EndMsg(job=job, source=self.source, keys=keys, closed_through_ns=closed_ns,
                              job_keys=js.job_keys)
@@ -425,5 +428,6 @@ class PartitionSummariser:
 
     def _dead(self, value: bytes, offset: int, reason: str, token: Any) -> Step:
         self.stats.corrupt += 1
+        metrics.invalid("summariser", reason)
         invalid = Invalid(self.source, offset, reason, bytes(value[:4096]))
         return Step([Send(DEADLETTER, self.source.encode(), encode_deadletter(invalid))], [token])

@@ -24,6 +24,7 @@ import faust
 from eroica.models.reader import Invalid
 from eroica.producers.kafka.config import KafkaConfig
 from eroica.producers.kafka.deadletter import encode_deadletter
+from eroica.stack import metrics
 
 from . import faustfix
 from .detector import PATTERNS, VERDICTS, DetectorCore, Output, encode_state
@@ -445,6 +446,7 @@ def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig |
     gc.set_threshold(10_000, 20, 1_000)
     app = build_app(role, settings, config, port)
     worker_obj = install(role, app, settings, config)
+    metrics.serve(role)
     worker = _DeadlineWorker(app, loglevel=settings.log_level, shutdown_timeout_s=settings.shutdown_timeout_s,
                              quiet=True, on_stop=lambda: log.info("final stats %s", worker_obj.stats()))
     web = f"http://127.0.0.1:{port}/eroica/stats" if port else "off"
