@@ -18,7 +18,7 @@ from eroica.models.digest import WindowDigest
 from eroica.models.reader import Batch
 from eroica.models.summary import WindowSummary
 from eroica.models.verdict import Verdict
-from eroica.streams.detection import JobHistory, JobWindow, WindowAssembler, detect_step, digest_window
+from eroica.streams.detection import analyze_windows
 from eroica.streams.detection.patterns import pattern_summaries
 
 __all__ = ["WindowResult", "run_core"]
@@ -48,20 +48,5 @@ class WindowResult:
 def run_core(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,
              lateness_ns: int | None = None) -> Iterator[WindowResult]:
     """Every complete window of every job, in completion order (see ``analyze`` for ``lateness_ns``)."""
-    asm = WindowAssembler(window_ns, window_ns if lateness_ns is None else lateness_ns)
-    histories: dict[str, JobHistory] = {}
-
-    def run(w: JobWindow) -> WindowResult:
-        d = digest_window(w)
-        verdicts, histories[w.job] = detect_step(d, w.meta, histories.get(w.job), detected_at_ns)
-        return WindowResult(d, verdicts, pattern_summaries(d) if d.ranks.rank else [])
-
-    for batch in batches:
-        for job in batch.jobs:
-            asm.add_meta(job)
-        for cols in batch.columns.values():
-            asm.add(cols)
-        for w in asm.complete():
-            yield run(w)
-    for w in asm.flush():
-        yield run(w)
+    for digest, verdicts in analyze_windows(batches, window_ns, detected_at_ns, lateness_ns):
+        yield WindowResult(digest, verdicts, pattern_summaries(digest) if digest.ranks.rank else [])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator
 
+from eroica.models.digest import WindowDigest
 from eroica.models.reader import Batch
 from eroica.models.verdict import Verdict
 
@@ -19,14 +20,15 @@ from .windows import JobWindow, WindowAssembler
 DEFAULT_WINDOW_S = 30.0
 
 __all__ = [
-    "DEFAULT_WINDOW_S", "JobHistory", "JobWindow", "WindowAssembler", "analyze", "detect", "detect_step",
+    "DEFAULT_WINDOW_S", "JobHistory", "JobWindow", "WindowAssembler", "analyze", "analyze_windows", "detect",
+    "detect_step",
     "detect_window", "digest_window",
 ]
 
 
-def analyze(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,
-            lateness_ns: int | None = None) -> Iterator[Verdict]:
-    """Verdicts for every complete window of every job, as soon as each window completes.
+def analyze_windows(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,
+                    lateness_ns: int | None = None) -> Iterator[tuple[WindowDigest, list[Verdict]]]:
+    """Each complete job window's digest and verdicts, as soon as the window completes.
 
     ``lateness_ns`` (default: one window) is how far past a window's end the
     event-time watermark must move before it is analysed; input in time order
@@ -35,9 +37,10 @@ def analyze(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,
     asm = WindowAssembler(window_ns, window_ns if lateness_ns is None else lateness_ns)
     histories: dict[str, JobHistory] = {}
 
-    def run(w: JobWindow) -> list[Verdict]:
-        verdicts, histories[w.job] = detect_step(digest_window(w), w.meta, histories.get(w.job), detected_at_ns)
-        return verdicts
+    def run(w: JobWindow) -> tuple[WindowDigest, list[Verdict]]:
+        d = digest_window(w)
+        verdicts, histories[w.job] = detect_step(d, w.meta, histories.get(w.job), detected_at_ns)
+        return d, verdicts
 
     for batch in batches:
         for job in batch.jobs:
@@ -45,6 +48,13 @@ def analyze(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,
         for cols in batch.columns.values():
             asm.add(cols)
         for w in asm.complete():
-            yield from run(w)
+            yield run(w)
     for w in asm.flush():
-        yield from run(w)
+        yield run(w)
+
+
+def analyze(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,
+            lateness_ns: int | None = None) -> Iterator[Verdict]:
+    """Verdicts for every complete window of every job (see :func:`analyze_windows`)."""
+    for _digest, verdicts in analyze_windows(batches, window_ns, detected_at_ns, lateness_ns):
+        yield from verdicts
