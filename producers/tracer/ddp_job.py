@@ -17,6 +17,7 @@ discarded), the way one rank with a slower chip or a busier CPU would;
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -63,6 +64,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--slow-data-ms", type=float, default=0.0, help="extra time per batch in the slow rank's loader")
     ap.add_argument("--stats", default=None, help="rank 0 writes step times here (JSON)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--python-comm-hook", action="store_true",
+                    help="register torch's Python all-reduce hook (what the tracer's timed hook wraps), to "
+                         "separate its cost from the tracer's")
     ap.add_argument("--cpu-from-step", type=int, default=0,
                     help="measure each rank's CPU time (all its threads) from this step on; reported in --stats")
     args = ap.parse_args(argv)
@@ -82,6 +86,10 @@ def main(argv: list[str] | None = None) -> None:
 
     loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True, collate_fn=collate)
     model = DDP(Net(args.width, args.depth, args.slow_factor if rank == args.slow_rank else 0.0))
+    if args.python_comm_hook:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -124,6 +132,10 @@ def main(argv: list[str] | None = None) -> None:
                        "cpu_per_step_s": float(cpu) / world,
                        "seconds": time.perf_counter() - start, "pid": os.getpid()}, fh)
     dist.barrier()
+    # Drop every holder of the process group (the DDP reducer, its buckets) while the interpreter is
+    # whole: gloo's worker threads torn down at interpreter exit can abort the process (SIGABRT).
+    del model, opt, loader
+    gc.collect()
     dist.destroy_process_group()
 
 

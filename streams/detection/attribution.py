@@ -111,5 +111,6 @@ def host_component(counters: CounterSummary, node: str) -> tuple[str, str]:
     others = [v for v in others if _finite(v)]
     base = float(np.median(others)) if others else np.nan
     if _finite(mine) and mine >= CPU_SATURATED_PCT and (not _finite(base) or mine >= base + 10.0):
-        return "host_cpu", f"host CPU {mine:.0f}% busy vs {base:.0f}% on other nodes"
+        others_txt = f" vs {base:.0f}% on other nodes" if _finite(base) else ""
+        return "host_cpu", f"host CPU {mine:.0f}% busy{others_txt}"
     return "python", "host-side Python code slower than on peers"

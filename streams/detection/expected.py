@@ -16,7 +16,7 @@ from .counters import CounterSummary
 from .findings import Finding
 from .layout import Layout
 from .links import NicAnomaly
-from .patterns import K_LOADER, K_OPTIM, K_OTHER, K_PYTHON, Patterns
+from .patterns import K_KERNEL, K_LOADER, K_OPTIM, K_OTHER, K_PYTHON, Patterns
 
 LOADER_BETA = 0.10        # the data loader holds >= 10% of the window on the typical rank
 # Host Python holds >= 25%. The outermost step frame's exclusive time also holds every
@@ -64,7 +64,9 @@ def expected_findings(p: Patterns, layout: Layout, counters: CounterSummary, col
         # Socket transports burn host CPU: with NCCL off its RDMA path the host-side time is a
         # symptom of that misconfiguration, not a second cause.
         config[0].evidence["python_beta"] = {"median": round(float(np.median(python)), 4)}
-    elif np.median(python) >= PYTHON_BETA and np.mean(python >= PYTHON_BETA / 2) >= RANK_SHARE:
+    elif (np.median(python) >= PYTHON_BETA and np.mean(python >= PYTHON_BETA / 2) >= RANK_SHARE
+          and (p.fn_kinds == K_KERNEL).any()):
+        # Only meaningful where a GPU could run meanwhile: on a CPU-only job the host *is* the compute.
         out.append(Finding(
             kind="slow", component="python", scope="job", fn=_top_fn(p, (K_PYTHON, K_OPTIM, K_OTHER)),
             slowdown=float(1.0 / max(1.0 - np.median(python), 0.05)), score=float(np.median(python) / PYTHON_BETA),
