@@ -168,3 +168,13 @@ class Spool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def write_spool(spool: Spool, output: str | os.PathLike, head: Iterable[bytes] = ()) -> None:
+    """Write a spool's time-ordered records, after ``head``, to a path or ``-``."""
+    out, close = open_output(output)
+    try:
+        spool.write(out, head)
+    finally:
+        if close:
+            out.close()

@@ -81,7 +81,7 @@ import msgspec
 
 from eroica.models.records import FnRecord, JobRecord, encode_record
 
-from .common import ImportFailed, ImportStats, Spool, clip, frame, join_stack, open_output
+from .common import ImportFailed, ImportStats, Spool, clip, frame, join_stack, write_spool
 
 DEFAULT_GPUS_PER_NODE = 8
 
@@ -497,10 +497,5 @@ def import_kineto(paths: Sequence[str | Path], output: str | Path, *, job: str |
             world = top
         nodes = [rank_node[r] for r in range(world)] if len(rank_node) == world else None
         head = [encode_record(JobRecord(job=job, world_size=world, rank_nodes=nodes))]
-        out, close = open_output(output)
-        try:
-            spool.write(out, head)
-        finally:
-            if close:
-                out.close()
+        write_spool(spool, output, head)
     return stats

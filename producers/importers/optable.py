@@ -53,7 +53,7 @@ import numpy as np
 
 from eroica.models.records import FnRecord, JobRecord, encode_record
 
-from .common import ImportFailed, ImportStats, Spool, clip, open_output
+from .common import ImportFailed, ImportStats, Spool, clip, write_spool
 
 DEFAULT_START_NS = 1_763_000_000_000_000_000
 DEFAULT_GPUS_PER_NODE = 8
@@ -246,10 +246,5 @@ def import_optable(path: str | Path, output: str | Path, *, meta_path: str | Pat
         stats.count(kind, r, k)
     with Spool() as spool:
         spool.add(run)
-        out, close = open_output(output)
-        try:
-            spool.write(out, head)
-        finally:
-            if close:
-                out.close()
+        write_spool(spool, output, head)
     return stats

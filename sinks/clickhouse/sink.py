@@ -118,20 +118,10 @@ class VerdictSink:
         verdict_id fixes, so filtering commutes with deduplication.
         """
         c = self.client
-        where: list[str] = []
-        params: dict[str, Any] = {}
-        if job is not None:
-            where.append(f"job = {c.placeholder('job', 'String')}")
-            params["job"] = job
-        if since_ns is not None:
-            where.append(f"window_end_ns >= {c.placeholder('since_ns', 'UInt64')}")
-            params["since_ns"] = max(int(since_ns), 0)
-        if component is not None:
-            where.append(f"component = {c.placeholder('component', 'String')}")
-            params["component"] = component
+        where, params = self._where(job, since_ns, [("component", "String", component)])
         sql = (
             f"SELECT {', '.join(f'`{n}`' for n in VERDICT_NAMES)} FROM {self.config.verdicts} FINAL"
-            + (f" WHERE {' AND '.join(where)}" if where else "")
+            + where
             + " ORDER BY window_start_ns DESC, verdict_id"
             + self._limit(limit, params)
         )
@@ -148,23 +138,11 @@ class VerdictSink:
     ) -> list[WindowSummary]:
         """Summaries ordered by window, rank, fn (latest write of each cell)."""
         c = self.client
-        where: list[str] = []
-        params: dict[str, Any] = {}
-        if job is not None:
-            where.append(f"job = {c.placeholder('job', 'String')}")
-            params["job"] = job
-        if since_ns is not None:
-            where.append(f"window_end_ns >= {c.placeholder('since_ns', 'UInt64')}")
-            params["since_ns"] = max(int(since_ns), 0)
-        if rank is not None:
-            where.append(f"rank = {c.placeholder('rank', 'Int32')}")
-            params["rank"] = int(rank)
-        if fn is not None:
-            where.append(f"fn = {c.placeholder('fn', 'String')}")
-            params["fn"] = fn
+        where, params = self._where(job, since_ns, [("rank", "Int32", None if rank is None else int(rank)),
+                                                    ("fn", "String", fn)])
         sql = (
             f"SELECT {', '.join(f'`{n}`' for n in SUMMARY_NAMES)} FROM {self.config.summaries} FINAL"
-            + (f" WHERE {' AND '.join(where)}" if where else "")
+            + where
             + " ORDER BY window_start_ns, rank, fn, node, kind"
             + self._limit(limit, params)
         )
@@ -179,6 +157,18 @@ class VerdictSink:
         refuses it.
         """
         return self.client.query(check_readonly_sql(sql), None, readonly=True)
+
+    def _where(self, job: str | None, since_ns: int | None,
+               equal: list[tuple[str, str, Any]]) -> tuple[str, dict[str, Any]]:
+        """`` WHERE ...`` (or "") and its bound parameters: job, window end >= since, column = value."""
+        c = self.client
+        filters = [("job", "String", job)] + equal
+        where = [f"`{col}` = {c.placeholder(col, typ)}" for col, typ, value in filters if value is not None]
+        params = {col: value for col, _typ, value in filters if value is not None}
+        if since_ns is not None:
+            where.append(f"window_end_ns >= {c.placeholder('since_ns', 'UInt64')}")
+            params["since_ns"] = max(int(since_ns), 0)
+        return (f" WHERE {' AND '.join(where)}" if where else ""), params
 
     def _limit(self, limit: int | None, params: dict[str, Any]) -> str:
         if limit is None:
