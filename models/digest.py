@@ -17,11 +17,24 @@ from typing import Sequence
 
 import msgspec
 
-DIGEST_VERSION = 1
+DIGEST_VERSION = 2
+
+# ``step`` of an aggregate row: it covers the window's *interior* steps of its rank.
+INTERIOR = -1
 
 
 class FnRows(msgspec.Struct):
-    """One row per (rank, function): the function's pattern on that rank."""
+    """A function's pattern on a rank, over whole steps.
+
+    Two kinds of row, so that a job window can be assembled from several time
+    windows out of whole training steps (steps longer than the window, or cut
+    by its edges): an *interior* row (``step == INTERIOR``) aggregates the
+    rank's steps that lie strictly between its first and last step in the
+    window (complete by construction); an *edge* row holds one of the rank's
+    first or last step in the window, which may continue in the neighbouring
+    window and is summed with its other part by the detector
+    (:mod:`eroica.streams.detection.steps`).
+    """
 
     rank: list[int] = []
     fn: list[str] = []
@@ -33,16 +46,22 @@ class FnRows(msgspec.Struct):
     median_ns: list[float] = []
     p90_ns: list[float] = []
     p99_ns: list[float] = []
-    per_step_ns: list[float] = []  # median over steps of the per-step cost
+    per_step_ns: list[float] = []  # median over the row's steps of the per-step cost
+    step: list[int] = []           # INTERIOR, or the edge step the row holds
+    steps: list[int] = []          # steps the row covers in which the function ran (its weight)
+    low_ns: list[float] = []       # the row's low (5%) quantile of the per-step cost: its best steady level
 
 
 class RankRows(msgspec.Struct):
-    """One row per rank: where it runs and how its steps went."""
+    """Per rank, like :class:`FnRows`: one interior row and one row per edge step."""
 
     rank: list[int] = []
     node: list[str] = []
     steps: list[int] = []
-    step_time_ns: list[float] = []
+    step_time_ns: list[float] = []   # median step span of the row's steps
+    step: list[int] = []             # INTERIOR, or the edge step
+    start_ns: list[int] = []         # edge rows: first start / last end of the step's records (rank's clock)
+    end_ns: list[int] = []
 
 
 class CollRows(msgspec.Struct):

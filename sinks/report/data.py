@@ -29,6 +29,7 @@ import numpy as np
 
 from eroica.models.summary import WindowSummary
 from eroica.models.verdict import Verdict
+from eroica.streams.detection.patterns import build_patterns
 
 from .core import WindowResult
 
@@ -260,7 +261,8 @@ def from_windows(job: str, windows: Sequence[WindowResult], source: str, window_
     focus = main.rank if main is not None and main.scope == "rank" else None
     rows = []
     for w in windows:
-        st = dict(zip(w.digest.ranks.rank, w.digest.ranks.step_time_ns))
+        pat = build_patterns(w.digest) if w.digest.ranks.rank else None
+        st = dict(zip(pat.ranks.tolist(), pat.step_time_ns.tolist())) if pat is not None else {}
         vals = [float(x) for x in st.values() if _finite(x)]
         rows.append(WindowRow(w.start_ns, w.end_ns, float(np.median(vals)) if vals else None,
                               max(vals) if vals else None,

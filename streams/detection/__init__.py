@@ -10,9 +10,10 @@ from typing import Iterable, Iterator
 
 from eroica.models.digest import WindowDigest
 from eroica.models.reader import Batch
+from eroica.models.records import JobRecord
 from eroica.models.verdict import Verdict
 
-from .detector import detect, detect_step, detect_window
+from .detector import detect, detect_step, detect_window, flush_job
 from .history import JobHistory
 from .summarise import digest_window
 from .windows import JobWindow, WindowAssembler
@@ -28,7 +29,12 @@ __all__ = [
 
 def analyze_windows(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,
                     lateness_ns: int | None = None) -> Iterator[tuple[WindowDigest, list[Verdict]]]:
-    """Each complete job window's digest and verdicts, as soon as the window completes.
+    """Each time window's digest, with the verdicts of the job window it completed (if any).
+
+    A time window completes a *job window* once the job's pending windows hold
+    enough whole steps (see :mod:`.steps`); results are yielded one window
+    late per job, so the end-of-input flush can attach its verdicts to the
+    job's last window.
 
     ``lateness_ns`` (default: one window) is how far past a window's end the
     event-time watermark must move before it is analysed; input in time order
@@ -36,11 +42,21 @@ def analyze_windows(batches: Iterable[Batch], window_ns: int, detected_at_ns: in
     """
     asm = WindowAssembler(window_ns, window_ns if lateness_ns is None else lateness_ns)
     histories: dict[str, JobHistory] = {}
+    metas: dict[str, JobRecord | None] = {}
 
     def run(w: JobWindow) -> tuple[WindowDigest, list[Verdict]]:
         d = digest_window(w)
+        metas[w.job] = w.meta
         verdicts, histories[w.job] = detect_step(d, w.meta, histories.get(w.job), detected_at_ns)
         return d, verdicts
+
+    held: dict[str, tuple[WindowDigest, list[Verdict]]] = {}  # each job's latest window, yielded one late
+
+    def hold(result: tuple[WindowDigest, list[Verdict]]) -> Iterator[tuple[WindowDigest, list[Verdict]]]:
+        job = result[0].job
+        if job in held:
+            yield held[job]
+        held[job] = result
 
     for batch in batches:
         for job in batch.jobs:
@@ -48,9 +64,18 @@ def analyze_windows(batches: Iterable[Batch], window_ns: int, detected_at_ns: in
         for cols in batch.columns.values():
             asm.add(cols)
         for w in asm.complete():
-            yield run(w)
+            yield from hold(run(w))
     for w in asm.flush():
-        yield run(w)
+        yield from hold(run(w))
+    # End of input: time windows still waiting for whole steps are analysed with
+    # what they hold (the streaming detector does the same when every key has
+    # ended); their verdicts go with the job's last window.
+    for job, (digest, verdicts) in sorted(held.items()):
+        h = histories[job]
+        if h.pending:
+            more, histories[job] = flush_job(metas.get(job), h, detected_at_ns)
+            verdicts = verdicts + more
+        yield digest, verdicts
 
 
 def analyze(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,

@@ -72,7 +72,10 @@ def summarise_collectives(fn: Columns) -> CollRows:
     # step are taken as one job-wide communicator, enough to tell who waited least.
     unnamed = names == ""
     if unnamed.any():
-        op_first = op[first]
+        # Named after the op of the step's earliest call (ties: the lower op code), not
+        # of whichever record came first: every rank names it alike in any record order.
+        order = np.lexsort((op, a["ts_ns"][sel], ids))
+        op_first = op[order[np.r_[True, ids[order][1:] != ids[order][:-1]]]]
         names[unnamed] = np.array([f"*{COLLECTIVE_OPS[o] if o >= 0 else 'collective'}" for o in op_first[unnamed]],
                                   dtype=object)
     p2p = group_max(ids, np.isin(op, _P2P_OPS).astype(np.float64), n) > 0
@@ -119,7 +122,10 @@ def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, st
     xfer_ps = group_quantiles(rs_slot, group_sum(rs, xfer[ok], n_rs), n_r, (0.5,))[0]
 
     groups: list[GroupStats] = []
-    for name, g in names.items():
+    # In name order, not in order of first appearance in the digest (which depends on
+    # record order and on how ranks were spread over summarisers): later ties
+    # ("the first slow group", "the first inter-node group") then resolve alike.
+    for name, g in sorted(names.items()):
         rows = np.flatnonzero((grp == g) & matched)
         if not name or rows.size == 0:
             continue

@@ -65,3 +65,30 @@ def group_min(ids: np.ndarray, values: np.ndarray, n: int, fill: float = np.nan)
     np.fmin.at(out, ids, values.astype(np.float64))
     out[np.isposinf(out)] = fill
     return out
+
+
+def group_weighted_median(ids: np.ndarray, values: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
+    """Weighted (lower) median per group; NaN for empty groups or NaN values' groups.
+
+    Used to combine rows that each summarise several steps (their median, weighted
+    by their step count): exact when every row holds one step, the median of the
+    rows' medians otherwise.
+    """
+    out = np.full(n, np.nan)
+    ok = np.isfinite(values) & (weights > 0)
+    if not ok.any():
+        return out
+    ids, values, weights = ids[ok], values[ok].astype(np.float64), weights[ok].astype(np.float64)
+    order = np.lexsort((values, ids))
+    sid, sv, sw = ids[order], values[order], weights[order]
+    cum = np.cumsum(sw)
+    totals = np.bincount(sid, weights=sw, minlength=n)
+    before = np.concatenate(([0.0], np.cumsum(totals)[:-1]))
+    # first row of each group whose cumulative weight reaches half the group's weight
+    reached = cum - before[sid] >= 0.5 * totals[sid]
+    pos = np.flatnonzero(reached)
+    first = np.full(n, -1)
+    first[sid[pos[::-1]]] = pos[::-1]   # reversed so the earliest position wins
+    has = first >= 0
+    out[has] = sv[first[has]]
+    return out

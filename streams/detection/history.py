@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
+from eroica.models.digest import WindowDigest
+
 
 class JobHistory(msgspec.Struct):
     job: str = ""
@@ -18,6 +20,10 @@ class JobHistory(msgspec.Struct):
     reference: dict[str, list[float]] = {}
     # incident id -> consecutive windows in which the finding was seen
     streak: dict[str, int] = {}
+    # time-window digests waiting until they hold enough whole steps (steps.py) ...
+    pending: list[WindowDigest] = []
+    # ... and the incomplete steps the last job window left over
+    carry: WindowDigest | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from eroica.models.columns import KIND_CODE, Columns
-from eroica.models.digest import FnRows, InFlightRows, RankRows, WindowDigest
+from eroica.models.digest import INTERIOR, FnRows, InFlightRows, RankRows, WindowDigest
 from eroica.models.records import FN_KINDS
 from eroica.models.summary import WindowSummary
 
-from .grouping import dense_ids, group_count, group_quantiles, group_sum
+from .grouping import (dense_ids, group_count, group_max, group_min, group_quantiles, group_sum,
+                       group_weighted_median)
 from .intervals import exclusive_time
 
 K_KERNEL = KIND_CODE["kernel"]
@@ -40,6 +41,9 @@ HOST_LEVEL = 3
 # collectives (python, optimizer) are judged by their exclusive time instead,
 # so that time spent waiting inside them is not read as slowness.
 _OWN_DURATION_KINDS = (K_KERNEL, K_MEMCPY, K_LOADER, K_IO, K_COLL)
+# 5% (nearest rank: the 3rd-best of 40 steps): robust to a couple of odd fast
+# steps, yet below a regression that started a few steps into the window.
+LOW_Q = 0.05
 
 
 @dataclass
@@ -57,6 +61,7 @@ class Patterns:
     p90_ns: np.ndarray
     p99_ns: np.ndarray
     per_step_ns: np.ndarray      # (R, F) median over steps of the per-step cost
+    low_ns: np.ndarray           # (R, F) low quantile over steps of the per-step cost (best steady level)
     beta: np.ndarray             # (R, F) share of the window on the critical path
     steps: np.ndarray            # (R,) distinct steps seen
     step_time_ns: np.ndarray     # (R,) median step span
@@ -102,28 +107,46 @@ def summarise_fn(fn: Columns) -> tuple[FnRows, RankRows, InFlightRows]:
     level = np.where(host, HOST_LEVEL + (depth.max(initial=0) - depth), level)
     excl = exclusive_time(slot, start, start + dur, level, int((start + dur).max()) + 1)
 
-    cell, n_cells, cell_first = dense_ids(slot, fid)
+    # Whole steps: a rank's first and last step in the window may be cut by its
+    # edges; they become one row each ("edge" rows, summed with their other part
+    # by the detector), every step between them is complete ("interior").
+    steps_ = a["step"].astype(np.int64)
+    lo_step = np.full(n_r, np.iinfo(np.int64).max)
+    hi_step = np.full(n_r, np.iinfo(np.int64).min)
+    np.minimum.at(lo_step, slot, steps_)
+    np.maximum.at(hi_step, slot, steps_)
+    edge = (steps_ == lo_step[slot]) | (steps_ == hi_step[slot])
+    part = np.where(edge, steps_, INTERIOR)
+
+    cell, n_cells, cell_first = dense_ids(slot, fid, part)
     count = group_count(cell, n_cells)
     total = group_sum(cell, dur, n_cells)
     excl_sum = group_sum(cell, excl, n_cells)
     q = group_quantiles(cell, dur, n_cells, (0.5, 0.9, 0.99))
 
-    # Per-step cost, then its median over steps: one-off spikes do not move it.
+    # Per-step cost, then its median over the row's steps: one-off spikes do not move it.
     own = np.isin(kinds, _OWN_DURATION_KINDS)
     cost = np.where(own, dur, excl)
-    step_ids, n_cs, step_first = dense_ids(cell, a["step"])
-    per_step = group_quantiles(cell[step_first], group_sum(step_ids, cost, n_cs), n_cells, (0.5,))[0]
+    step_ids, n_cs, step_first = dense_ids(cell, steps_)
+    # The low quantile is what the function costs in its best steps: a level a
+    # regression that starts inside the window moves only once >= 95% of the
+    # window's steps are past it (the job's history compares it, regression.py).
+    per_step, low = group_quantiles(cell[step_first], group_sum(step_ids, cost, n_cs), n_cells, (0.5, LOW_Q))
+    fn_steps = group_count(cell[step_first], n_cells)
 
-    # Step span per rank: first start to last end of the step's records.
-    rs_ids, n_rs, rs_first = dense_ids(slot, a["step"])
+    # Step span per rank and step: first start to last end of the step's records.
+    rs_ids, n_rs, rs_first = dense_ids(slot, steps_)
     lo = np.full(n_rs, np.iinfo(np.int64).max)
     hi = np.full(n_rs, np.iinfo(np.int64).min)
     np.minimum.at(lo, rs_ids, start)
     np.maximum.at(hi, rs_ids, start + dur)
-    rs_slot = slot[rs_first]
-    step_time = group_quantiles(rs_slot, (hi - lo).astype(np.float64), n_r, (0.5,))[0]
-    steps = group_count(rs_slot, n_r)
-    _, node_first = np.unique(slot, return_index=True)
+    rp_ids, n_rp, rp_first = dense_ids(slot[rs_first], part[rs_first])
+    step_time = group_quantiles(rp_ids, (hi - lo).astype(np.float64), n_rp, (0.5,))[0]
+    rank_steps = group_count(rp_ids, n_rp)
+    base = int(a["ts_ns"].min())
+    rp_lo = group_min(rp_ids, lo.astype(np.float64), n_rp)
+    rp_hi = group_max(rp_ids, hi.astype(np.float64), n_rp)
+    rp_rows = rs_first[rp_first]
 
     rows = cell_first
     fn_vocab, stack_vocab = np.asarray(fn.vocab["fn"], dtype=object), np.asarray(fn.vocab["stack"], dtype=object)
@@ -132,10 +155,13 @@ def summarise_fn(fn: Columns) -> tuple[FnRows, RankRows, InFlightRows]:
         stack=stack_vocab[a["stack"][rows]].tolist() if len(stack_vocab) else [""] * rows.size,
         kind=kinds[rows].tolist(), count=count.tolist(), total_ns=total.tolist(), excl_ns=excl_sum.tolist(),
         median_ns=q[0].tolist(), p90_ns=q[1].tolist(), p99_ns=q[2].tolist(), per_step_ns=per_step.tolist(),
+        step=part[rows].tolist(), steps=fn_steps.tolist(), low_ns=low.tolist(),
     )
     node_vocab = np.asarray(fn.vocab["node"], dtype=object)
-    rank_rows = RankRows(rank=ranks.tolist(), node=node_vocab[a["node"][node_first]].tolist(),
-                         steps=steps.tolist(), step_time_ns=step_time.tolist())
+    rank_rows = RankRows(rank=a["rank"][rp_rows].tolist(), node=node_vocab[a["node"][rp_rows]].tolist(),
+                         steps=rank_steps.tolist(), step_time_ns=step_time.tolist(), step=part[rp_rows].tolist(),
+                         start_ns=(rp_lo.astype(np.int64) + base).tolist(),
+                         end_ns=(rp_hi.astype(np.int64) + base).tolist())
     return fns, rank_rows, inflight
 
 
@@ -159,34 +185,55 @@ def _in_flight_rows(fn: Columns) -> InFlightRows:
 
 
 def build_patterns(d: WindowDigest) -> Patterns:
-    """Dense rank x function matrices from the digest rows, for column-wise peer comparison."""
+    """Dense rank x function matrices from the digest rows, for column-wise peer comparison.
+
+    A (rank, function) may have several rows (interior steps of several time
+    windows, edge steps): sums add up, per-step medians combine weighted by the
+    steps each row covers.
+    """
     r = d.ranks
-    ranks, first = np.unique(np.asarray(r.rank, dtype=np.int64), return_index=True)
-    steps = np.asarray(r.steps, dtype=np.int64)[first]
-    step_time = np.asarray(r.step_time_ns, dtype=np.float64)[first]
+    rr = np.asarray(r.rank, dtype=np.int64)
+    ranks, r_slot = np.unique(rr, return_inverse=True)
+    n_r = ranks.size
+    r_w = np.asarray(r.steps, dtype=np.float64)
+    steps = np.bincount(r_slot, weights=r_w, minlength=n_r).astype(np.int64)
+    step_time = group_weighted_median(r_slot, np.asarray(r.step_time_ns, dtype=np.float64), r_w, n_r)
     f = d.fns
-    keys: dict[tuple[str, str], int] = {}
-    fid = np.fromiter((keys.setdefault((n, s), len(keys)) for n, s in zip(f.fn, f.stack)), dtype=np.int64,
-                      count=len(f.fn))
-    n_r, n_f = ranks.size, len(keys)
-    slot = np.searchsorted(ranks, np.asarray(f.rank, dtype=np.int64))
+    # Functions in sorted (name, stack) order, never in row order: rows arrive in
+    # whatever order partitions were merged, and every later tie (max over
+    # functions, first abnormal cell) must not depend on it.
+    pairs = list(zip(f.fn, f.stack))
+    keys = {k: i for i, k in enumerate(sorted(set(pairs)))}
+    fid = np.fromiter((keys[k] for k in pairs), dtype=np.int64, count=len(pairs))
+    n_f = len(keys)
     kinds = np.zeros(n_f, dtype=np.int64)
     kinds[fid] = f.kind
+    slot = np.searchsorted(ranks, np.asarray(f.rank, dtype=np.int64))
+    cell = slot * max(n_f, 1) + fid
+    n_cells = n_r * max(n_f, 1)
+    w = np.asarray(f.steps, dtype=np.float64) if len(f.steps) == len(f.fn) else np.ones(len(f.fn))
+    present = np.bincount(cell, minlength=n_cells) > 0
 
-    def mat(values: list) -> np.ndarray:
-        m = np.full((n_r, n_f), np.nan)
-        m[slot, fid] = values
-        return m
+    def summed(values: list) -> np.ndarray:
+        m = np.bincount(cell, weights=np.asarray(values, dtype=np.float64), minlength=n_cells)
+        return np.where(present, m, np.nan).reshape(n_r, max(n_f, 1))[:, :n_f]
 
-    count = np.zeros((n_r, n_f), dtype=np.int64)
-    count[slot, fid] = f.count
-    excl = mat(f.excl_ns)
+    def wmedian(values: list) -> np.ndarray:
+        m = group_weighted_median(cell, np.asarray(values, dtype=np.float64), w, n_cells)
+        return m.reshape(n_r, max(n_f, 1))[:, :n_f]
+
+    count = np.bincount(cell, weights=np.asarray(f.count, dtype=np.float64), minlength=n_cells)
+    count = count.reshape(n_r, max(n_f, 1))[:, :n_f].astype(np.int64)
+    low = group_min(cell, np.asarray(f.low_ns if len(f.low_ns) == len(f.fn) else f.per_step_ns, dtype=np.float64),
+                    n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
+    p99 = group_max(cell, np.asarray(f.p99_ns, dtype=np.float64), n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
+    excl = summed(f.excl_ns)
     window_ns = d.end_ns - d.start_ns
     return Patterns(
         ranks=ranks, fn_names=[k[0] for k in keys], fn_stacks=[k[1] for k in keys], fn_kinds=kinds,
-        count=count, total_ns=mat(f.total_ns), excl_ns=excl, median_ns=mat(f.median_ns), p90_ns=mat(f.p90_ns),
-        p99_ns=mat(f.p99_ns), per_step_ns=mat(f.per_step_ns), beta=excl / float(window_ns), steps=steps,
-        step_time_ns=step_time, window_ns=window_ns,
+        count=count, total_ns=summed(f.total_ns), excl_ns=excl, median_ns=wmedian(f.median_ns),
+        p90_ns=wmedian(f.p90_ns), p99_ns=p99, per_step_ns=wmedian(f.per_step_ns), low_ns=low,
+        beta=excl / float(window_ns), steps=steps, step_time_ns=step_time, window_ns=window_ns,
     )
 
 

@@ -6,6 +6,12 @@ the job's own earlier windows it stands out: NVIDIA's "individual score",
 Greyhound's change points. The reference is the first windows of the job, so
 a persisting regression keeps being reported (with one incident id) instead of
 becoming the new normal after a few windows.
+
+Levels are each function's *low quantile* of per-step cost (its best steady
+steps, ``Patterns.low_ns``), compared like with like, and the reference is the
+lowest of the first windows' levels: a regression that starts a few steps into
+the job has already moved the first window's median, but not its best steps.
+Warm-up steps are slower, so they never lower the reference.
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ from .history import JobHistory
 from .patterns import K_COLL, K_IO, K_LOADER, Patterns
 
 REFERENCE_WINDOWS = 3   # windows that make up the reference
-MIN_REFERENCE = 2       # compare only once this many reference windows exist
+# One window is enough: the reference is a minimum of low quantiles, which a
+# short or warm-up-only first window can only raise (a missed regression, never
+# a false one).
+MIN_REFERENCE = 1
 MIN_RATIO = 1.15
 # A job-wide median against the job's own reference is nearly noise-free, so a
 # smaller cost is already a finding: >= 0.5% of the step, full weight at 1%.
@@ -26,7 +35,7 @@ MIN_MATERIAL = 0.005
 FULL_MATERIAL = 0.01
 RANK_SHARE = 0.8        # ... slower on >= 80% of ranks: shared, not one rank's problem
 MIN_PRESENCE = 0.5      # functions run by at least half the ranks
-MIN_STEPS = 5           # windows with fewer steps neither enter the reference nor get compared
+MIN_STEPS = 3           # as a job window's minimum (steps.MIN_WINDOW_STEPS): a median that ignores one odd step
 
 # Collectives and the loader have their own tests (links, expected behaviour).
 _SKIP_KINDS = (K_COLL, K_LOADER, K_IO)
@@ -47,11 +56,11 @@ def regression_findings(p: Patterns, history: JobHistory, step_ns: float) -> lis
         ref = history.reference.get(fn_key(p.fn_names[f], p.fn_stacks[f]))
         if not ref or len(ref) < MIN_REFERENCE:
             continue
-        col = p.per_step_ns[:, f]
+        col = p.low_ns[:, f]
         ok = np.isfinite(col)
         if ok.mean() < MIN_PRESENCE:
             continue
-        base = float(np.median(ref))
+        base = float(np.min(ref))
         now = float(np.median(col[ok]))
         if base <= 0:
             continue
@@ -60,8 +69,10 @@ def regression_findings(p: Patterns, history: JobHistory, step_ns: float) -> lis
             continue
         if np.mean(col[ok] / base >= 1.0 + (MIN_RATIO - 1.0) / 2) < RANK_SHARE:
             continue
-        spread = (max(ref) - min(ref)) / base if len(ref) > 1 else 0.0
-        z = (ratio - 1.0) / max(spread, 0.02)
+        # Noise of the job-wide level: the ranks' spread around it (MAD), with a
+        # floor of 2% for drift between windows that no rank spread shows.
+        mad = float(np.median(np.abs(col[ok] - now))) * 1.4826 / base
+        z = (ratio - 1.0) / max(mad, 0.02)
         out.append(Finding(
             kind="slow", component="software", scope="job", fn=p.fn_names[f], slowdown=round(ratio, 4),
             score=round(float(z), 3), confidence=confidence_of(ratio, z, (now - base) / step_ns, FULL_MATERIAL),
@@ -88,7 +99,7 @@ def remember(p: Patterns, history: JobHistory, regressed: set[str]) -> dict[str,
         if p.fn_names[f] in regressed:
             continue
         values = ref.setdefault(key, [])
-        col = p.per_step_ns[:, f]
+        col = p.low_ns[:, f]
         if len(values) < REFERENCE_WINDOWS and np.isfinite(col).mean() >= MIN_PRESENCE:
             values.append(float(np.nanmedian(col)))
     return {k: v for k, v in ref.items() if v}

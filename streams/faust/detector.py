@@ -40,7 +40,7 @@ from eroica.models.reader import Invalid
 from eroica.models.records import JobRecord
 from eroica.models.verdict import encode_verdict
 from eroica.producers.kafka.deadletter import encode_deadletter
-from eroica.streams.detection.detector import detect_step
+from eroica.streams.detection.detector import detect_step, flush_job
 from eroica.streams.detection.history import JobHistory
 from eroica.streams.detection.patterns import pattern_summaries
 from eroica.stack import metrics
@@ -290,7 +290,25 @@ class DetectorCore:
             out.acks.extend(p.tokens)
             if all(s is not st for s in out.persist):
                 out.persist.append(st)
+        if not js.pending and st.history.pending and self._ended(st):
+            # every key has ended: the job's last steps are complete, analyse what waits for more
+            out.sends.extend(self._flush(st))
+            if all(s is not st for s in out.persist):
+                out.persist.append(st)
         return out
+
+    def _ended(self, st: JobState) -> bool:
+        if st.job_keys and len(st.ended) >= st.job_keys:
+            return True
+        expected = self._expected(st)
+        return bool(expected) and expected <= set(st.ended)  # type: ignore[operator]
+
+    def _flush(self, st: JobState) -> list[Send]:
+        verdicts, st.history = flush_job(st.meta, st.history, detected_at_ns=self.wall_ns())
+        self.stats.verdicts += len(verdicts)
+        metrics.records_out("detector", VERDICTS, len(verdicts))
+        key = st.job.encode()
+        return [Send(VERDICTS, key, encode_verdict(v)) for v in verdicts]
 
     def _detect(self, st: JobState, p: _Pending) -> list[Send]:
         parts = [d for _src, (n, d) in sorted(p.digests.items()) if n > 0]

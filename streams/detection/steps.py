@@ -1,0 +1,255 @@
+"""Step-aligned job windows: the unit of comparison is whole training steps.
+
+The summariser cuts records on event time (``[k*W, (k+1)*W)``, the same grid
+in batch and streaming), but a training step does not respect that grid: a
+large model's step lasts from seconds to minutes, so a 30 s window may hold
+no complete step at all, and every window cuts the steps at its edges. So the
+detector does not analyse time windows one by one. It *assembles* a job
+window from consecutive time-window digests until every reporting rank holds
+at least :data:`MIN_WINDOW_STEPS` complete steps, then analyses exactly those
+steps:
+
+- a digest's *interior* rows (steps strictly between a rank's first and last
+  step in the time window) are complete by construction;
+- its *edge* rows (a rank's first and last step there) are summed with the
+  other parts of the same step from neighbouring time windows; an edge step
+  is complete once every rank of the job has moved past it (the job-wide
+  *cut*: the smallest of the ranks' latest steps), and carried to the next job
+  window otherwise. Collective rows (per rank, communicator and step) follow
+  the same cut, so a collective's members are always analysed together.
+
+Nothing here reads a clock or the arrival order: the job window's bounds are
+those of its first and last time windows, and which steps it holds is a
+function of the digests' contents alone, so batch and streaming, any number of
+partitions and any record order give the same job windows. Node clock
+offsets only move records between time windows; steps are matched by their
+step number, never by time, so they stay whole.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import msgspec
+import numpy as np
+
+from eroica.models.digest import INTERIOR, CollRows, FnRows, InFlightRows, RankRows, WindowDigest
+
+from .grouping import dense_ids, group_max, group_min, group_sum
+
+# A job window holds at least this many complete steps on every rank. Three is
+# the smallest sample whose median ignores one odd step (a checkpoint, a GC
+# pause, a warm-up step): the per-step median's breakdown point.
+MIN_WINDOW_STEPS = 3
+# ... unless the job stops making progress (a hang, a rank that stopped
+# reporting): after this many time windows the job window is analysed with
+# what it has, so the hang test and the job's counters are not held back for
+# ever. 16 windows of the default 30 s = 8 min, over two 3-minute steps.
+MAX_PENDING_WINDOWS = 16
+
+
+def _rows(parts: Sequence[msgspec.Struct], cls: type) -> msgspec.Struct:
+    return cls(**{f: [x for p in parts for x in getattr(p, f)] for f in cls.__struct_fields__})
+
+
+def _merge_metrics(maps: Sequence[dict[str, float]]) -> dict[str, float]:
+    """One entity's counters over several time windows.
+
+    Levels (medians of the samples) combine as the median of the windows'
+    levels; increases of cumulative counters (``*_inc``) add up; worst-case
+    marks keep their worst (``xid``, ``*_min``).
+    """
+    if len(maps) == 1:
+        return dict(maps[0])
+    out: dict[str, float] = {}
+    for key in sorted({k for m in maps for k in m}):
+        vals = np.array([m.get(key, np.nan) for m in maps], dtype=np.float64)
+        fin = vals[np.isfinite(vals)]
+        if not fin.size:
+            out[key] = float("nan")
+        elif key.endswith("_inc"):
+            out[key] = float(fin.sum())
+        elif key.endswith("_min"):
+            out[key] = float(fin.min())
+        elif key == "xid" or key.endswith("_max"):
+            out[key] = float(fin.max())
+        else:
+            out[key] = float(np.median(fin))
+    return out
+
+
+def _merge_counters(digests: Sequence[WindowDigest], name: str) -> dict:
+    per: dict = {}
+    for d in digests:
+        for k, m in getattr(d, name).items():
+            per.setdefault(k, []).append(m)
+    return {k: _merge_metrics(v) for k, v in per.items()}
+
+
+def concat(parts: Sequence[WindowDigest], start_ns: int, end_ns: int) -> WindowDigest:
+    """The rows of consecutive time windows side by side (no merging of duplicates yet)."""
+    out = WindowDigest(parts[0].job, start_ns, end_ns)
+    out.ranks = _rows([d.ranks for d in parts], RankRows)
+    out.fns = _rows([d.fns for d in parts], FnRows)
+    out.colls = _rows([d.colls for d in parts], CollRows)
+    out.in_flight = _rows([d.in_flight for d in parts], InFlightRows)
+    out.gpu = _merge_counters(parts, "gpu")
+    out.nic = _merge_counters(parts, "nic")
+    out.host = _merge_counters(parts, "host")
+    for d in parts:
+        out.gpu_index.update(d.gpu_index)
+    return out
+
+
+def latest_steps(d: WindowDigest) -> dict[int, int]:
+    """Each rank's latest step seen."""
+    out: dict[int, int] = {}
+    for r, s in zip(d.ranks.rank, d.ranks.step):
+        if s > out.get(r, -1):
+            out[r] = s
+    return out
+
+
+def cut_of(d: WindowDigest) -> int:
+    """Steps below the cut are complete on every rank (every rank has started a later one)."""
+    latest = latest_steps(d)
+    return min(latest.values()) if latest else -1
+
+
+def complete_steps(d: WindowDigest, cut: int) -> dict[int, int]:
+    """Per rank: complete steps held (interior steps + distinct edge steps below the cut)."""
+    out: dict[int, int] = {}
+    edge: set[tuple[int, int]] = set()
+    for r, s, n in zip(d.ranks.rank, d.ranks.step, d.ranks.steps):
+        if s == INTERIOR:
+            out[r] = out.get(r, 0) + n
+        elif s < cut:
+            edge.add((r, s))
+        else:
+            out.setdefault(r, 0)
+    for r, _s in edge:
+        out[r] = out.get(r, 0) + 1
+    return out
+
+
+def _cat(parts: Sequence[msgspec.Struct]) -> msgspec.Struct:
+    return _rows(parts, type(parts[0]))
+
+
+def _take(rows: msgspec.Struct, idx: np.ndarray) -> msgspec.Struct:
+    cls = type(rows)
+    return cls(**{f: [getattr(rows, f)[i] for i in idx.tolist()] for f in cls.__struct_fields__})
+
+
+def _merge_fn_edges(f: FnRows) -> FnRows:
+    """Sum the parts of each (rank, function, edge step) into one row."""
+    if not f.rank:
+        return f
+    names: dict[tuple[str, str], int] = {}
+    fid = np.fromiter((names.setdefault((n, s), len(names)) for n, s in zip(f.fn, f.stack)), np.int64, len(f.fn))
+    ids, n, first = dense_ids(np.asarray(f.rank), fid, np.asarray(f.step))
+    if n == len(f.rank):
+        return f
+    count = group_sum(ids, np.asarray(f.count, dtype=np.float64), n)
+    total = group_sum(ids, np.asarray(f.total_ns, dtype=np.float64), n)
+    out = _take(f, first)
+    out.count = count.astype(np.int64).tolist()
+    out.total_ns = total.tolist()
+    out.excl_ns = group_sum(ids, np.asarray(f.excl_ns, dtype=np.float64), n).tolist()
+    out.per_step_ns = group_sum(ids, np.asarray(f.per_step_ns, dtype=np.float64), n).tolist()
+    out.low_ns = list(out.per_step_ns)  # one step: its cost is its level
+    # a step in two parts: its typical call is the mean call, its tail the worse part's
+    out.median_ns = (total / np.maximum(count, 1)).tolist()
+    out.p90_ns = group_max(ids, np.asarray(f.p90_ns, dtype=np.float64), n).tolist()
+    out.p99_ns = group_max(ids, np.asarray(f.p99_ns, dtype=np.float64), n).tolist()
+    out.steps = [1] * n
+    return out
+
+
+def _merge_rank_edges(r: RankRows) -> RankRows:
+    if not r.rank:
+        return r
+    ids, n, first = dense_ids(np.asarray(r.rank), np.asarray(r.step))
+    if n == len(r.rank):
+        return r
+    lo = group_min(ids, np.asarray(r.start_ns, dtype=np.float64), n).astype(np.int64)
+    hi = group_max(ids, np.asarray(r.end_ns, dtype=np.float64), n).astype(np.int64)
+    out = _take(r, first)
+    out.start_ns, out.end_ns = lo.tolist(), hi.tolist()
+    out.step_time_ns = (hi - lo).astype(np.float64).tolist()
+    out.steps = [1] * n
+    return out
+
+
+def _merge_colls(c: CollRows) -> CollRows:
+    if not c.rank:
+        return c
+    groups: dict[str, int] = {}
+    gid = np.fromiter((groups.setdefault(g, len(groups)) for g in c.group), np.int64, len(c.group))
+    ids, n, first = dense_ids(np.asarray(c.rank), gid, np.asarray(c.step))
+    if n == len(c.rank):
+        return c
+    out = _take(c, first)
+    out.dur_ns = group_sum(ids, np.asarray(c.dur_ns, dtype=np.float64), n).astype(np.int64).tolist()
+    b = np.asarray(c.bytes, dtype=np.float64)
+    known = np.bincount(ids, weights=np.isfinite(b).astype(float), minlength=n) > 0
+    out.bytes = np.where(known, group_sum(ids, np.nan_to_num(b), n), np.nan).tolist()
+    out.calls = group_sum(ids, np.asarray(c.calls, dtype=np.float64), n).astype(np.int64).tolist()
+    out.p2p = (group_max(ids, np.asarray(c.p2p, dtype=np.float64), n) > 0).tolist()
+    out.op = group_max(ids, np.asarray(c.op, dtype=np.float64), n).astype(np.int64).tolist()
+    return out
+
+
+def split_at_cut(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, WindowDigest]:
+    """(the complete steps, the rest to carry); ``cut=None`` takes everything (end of input, hang)."""
+    limit = np.iinfo(np.int64).max if cut is None else cut
+    done = msgspec.structs.replace(d)
+    carry = WindowDigest(d.job, d.start_ns, d.end_ns)
+
+    # Interior rows (each a time window's aggregate) stay as they are; build_patterns
+    # weighs them. Only the parts of one edge step are summed into one row.
+    fstep = np.asarray(d.fns.step, dtype=np.int64)
+    interior = fstep == INTERIOR
+    edge_done = ~interior & (fstep < limit)
+    done.fns = _cat([_take(d.fns, np.flatnonzero(interior)), _merge_fn_edges(_take(d.fns, np.flatnonzero(edge_done)))])
+    carry.fns = _take(d.fns, np.flatnonzero(~interior & ~edge_done))
+
+    rstep = np.asarray(d.ranks.step, dtype=np.int64)
+    interior = rstep == INTERIOR
+    edge_done = ~interior & (rstep < limit)
+    done.ranks = _cat([_take(d.ranks, np.flatnonzero(interior)),
+                       _merge_rank_edges(_take(d.ranks, np.flatnonzero(edge_done)))])
+    carry.ranks = _take(d.ranks, np.flatnonzero(~interior & ~edge_done))
+
+    cstep = np.asarray(d.colls.step, dtype=np.int64)
+    keep = cstep < limit
+    done.colls = _merge_colls(_take(d.colls, np.flatnonzero(keep)))
+    carry.colls = _take(d.colls, np.flatnonzero(~keep))
+    carry.gpu, carry.nic, carry.host = {}, {}, {}
+    return done, carry
+
+
+def assemble(pending: Sequence[WindowDigest], carry: WindowDigest | None,
+             final: bool = False) -> tuple[WindowDigest | None, WindowDigest | None]:
+    """(the job window to analyse now, or None; what to carry into the next one).
+
+    ``pending`` are the time-window digests not analysed yet, oldest first;
+    ``carry`` the incomplete steps left by the previous job window. The job
+    window is ready when every rank holds :data:`MIN_WINDOW_STEPS` complete
+    steps, when ``final`` (end of input), when a rank dumped functions still
+    in flight (a hang: analyse now), or after :data:`MAX_PENDING_WINDOWS`.
+    """
+    if not pending:
+        return None, carry
+    parts = ([carry] if carry is not None else []) + list(pending)
+    whole = concat(parts, pending[0].start_ns, pending[-1].end_ns)
+    hung = bool(whole.in_flight.rank)
+    if final or hung or len(pending) >= MAX_PENDING_WINDOWS:
+        done, rest = split_at_cut(whole, None if (final or hung) else cut_of(whole))
+        return done, (rest if rest.ranks.rank or rest.fns.rank or rest.colls.rank else None)
+    cut = cut_of(whole)
+    held = complete_steps(whole, cut)
+    if not held or min(held.values()) < MIN_WINDOW_STEPS:
+        return None, carry
+    done, rest = split_at_cut(whole, cut)
+    return done, (rest if rest.ranks.rank or rest.fns.rank or rest.colls.rank else None)
