@@ -137,6 +137,7 @@ class JobRecord(_Record, tag="job"):
     rank_nodes: list[Str] | None = None
     rank_stages: list[NonNegInt] | None = None
     rank_dp: list[NonNegInt] | None = None
+    rank_roles: list[Str] | None = None
     dp: Degree | None = None
     tp: Degree | None = None
     pp: Degree | None = None

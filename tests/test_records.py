@@ -45,7 +45,7 @@ OPTIONAL: dict[str, dict[str, str]] = {
                           "cnp_sent", "xmit_wait")},
     },
     "host": {f: F for f in ("cpu_util_pct", "load1", "iowait_pct", "mem_used_pct", "steal_pct")},
-    "job": {"ts_ns": I, "rank_nodes": LS, "rank_stages": LI, "rank_dp": LI, "dp": POS, "tp": POS, "pp": POS},
+    "job": {"ts_ns": I, "rank_nodes": LS, "rank_stages": LI, "rank_dp": LI, "rank_roles": LS, "dp": POS, "tp": POS, "pp": POS},
 }
 
 TYPES = list(REQUIRED)

@@ -167,7 +167,7 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory) -> dict[s
 
 def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
                   step_ns: float) -> list[Finding]:
-    roles = layout.roles(p.ranks)
+    roles = layout.peer_groups(p.ranks)
     role_of = np.zeros(p.ranks.size, dtype=np.int64)
     for s, members in roles.items():
         role_of[members] = s
