@@ -8,7 +8,7 @@ from typing import Iterator
 
 import click
 
-from eroica.models.reader import Batch, Invalid, read_batches
+from eroica.models.reader import Batch, Invalid, read_batches, read_merged
 from eroica.models.verdict import Verdict, encode_verdicts
 
 from .main import EXIT_NO_VALID_RECORD
@@ -25,14 +25,15 @@ class _Tally:
         self.first: list[Invalid] = []
 
     def watch(self, paths: tuple[str, ...]) -> Iterator[Batch]:
-        for path in paths:
-            for batch in read_batches(path):
-                self.valid += batch.valid_count
-                self.invalid += len(batch.invalid)
-                room = SHOWN_REASONS - len(self.first)
-                if room > 0:
-                    self.first.extend(batch.invalid[:room])
-                yield batch
+        # several files (one per rank or node) cover the same time: merge them by time
+        source = read_batches(paths[0]) if len(paths) == 1 else read_merged(list(paths))
+        for batch in source:
+            self.valid += batch.valid_count
+            self.invalid += len(batch.invalid)
+            room = SHOWN_REASONS - len(self.first)
+            if room > 0:
+                self.first.extend(batch.invalid[:room])
+            yield batch
 
 
 def render_table(verdicts: list[Verdict]) -> None:

@@ -199,3 +199,32 @@ def parse_lines(
 def _flush(by_type: dict[str, list], jobs: list[JobRecord], invalid: list[Invalid]) -> Batch:
     cols = {t: from_records(t, recs) for t, recs in by_type.items() if recs}
     return Batch(cols, jobs, invalid)
+
+
+def read_merged(paths: list[str | Path], batch_records: int = DEFAULT_BATCH) -> Iterator[Batch]:
+    """Several inputs read side by side, the batch with the oldest record first (a k-way merge).
+
+    Files that cover the same time (one per rank or per node, as collectors
+    write them) must not be read one after the other: the window assembler
+    would see the second file's records as late once the first had moved the
+    event-time watermark past them. Merged by time, each input only needs to be
+    in time order within itself (to within the assembler's lateness).
+    """
+    import heapq
+
+    def first_ts(b: Batch) -> int:
+        return min((int(c.arrays["ts_ns"].min()) for c in b.columns.values() if len(c)), default=-1)
+
+    its = [read_batches(p, batch_records=batch_records) for p in paths]
+    heap: list[tuple[int, int, Batch]] = []
+    for i, it in enumerate(its):
+        b = next(it, None)
+        if b is not None:
+            heap.append((first_ts(b), i, b))
+    heapq.heapify(heap)
+    while heap:
+        _, i, b = heapq.heappop(heap)
+        yield b
+        nxt = next(its[i], None)
+        if nxt is not None:
+            heapq.heappush(heap, (first_ts(nxt), i, nxt))

@@ -24,6 +24,9 @@ _COMPONENT_OF_KIND = {
 }
 
 
+_SPECIFIC = ("kernel", "memcpy", "dataloader", "io")
+
+
 def hang_findings(d: WindowDigest, step_ns: float, rank_node: dict[int, str]) -> list[Finding]:
     inf = d.in_flight
     if not inf.rank:
@@ -40,11 +43,17 @@ def hang_findings(d: WindowDigest, step_ns: float, rank_node: dict[int, str]) ->
     waiting = set(ranks[kinds == K_COLL].tolist())
     all_ranks = set(d.ranks.rank) | set(inf.rank) | set(inf.last_rank)
     culprits: dict[int, tuple[str, str, float]] = {}
+    best: dict[int, tuple[float, bool, str]] = {}
     for i in np.flatnonzero(kinds != K_COLL):
         r = int(ranks[i])
         if r in waiting:
             continue  # a rank waiting in a collective is a victim, whatever else it dumped
-        if r not in culprits or durs[i] > culprits[r][2]:
+        # the longest stuck function; of two that started together, the more specific
+        # one (a kernel, copy, loader or I/O call inside an enclosing Python frame),
+        # then the name: never the order of the dump's records
+        key = (float(durs[i]), FN_KINDS[int(kinds[i])] in _SPECIFIC, fns[i])
+        if r not in best or key > best[r]:
+            best[r] = key
             culprits[r] = (fns[i], FN_KINDS[int(kinds[i])], float(durs[i]))
     if not culprits and waiting:
         missing = sorted(all_ranks - waiting)

@@ -175,7 +175,10 @@ def _in_flight_rows(fn: Columns) -> InFlightRows:
     # The last finished function of every rank: what a rank absent from the dump was doing.
     done = np.flatnonzero(~inf)
     end = a["ts_ns"][done] + a["dur_ns"][done]
-    order = done[np.lexsort((end, a["rank"][done]))]
+    # ties at the same end: the later start, then the function name (never record order)
+    name_order = np.unique(np.asarray(fn.vocab["fn"], dtype=object), return_inverse=True)[1] \
+        if len(fn.vocab["fn"]) else np.zeros(0, dtype=np.int64)
+    order = done[np.lexsort((name_order[a["fn"][done]], a["ts_ns"][done], end, a["rank"][done]))]
     last = order[np.r_[a["rank"][order][1:] != a["rank"][order][:-1], True]] if order.size else order
     return InFlightRows(
         rank=a["rank"][rows].tolist(), fn=vocab[a["fn"][rows]].tolist(), kind=a["kind"][rows].tolist(),
