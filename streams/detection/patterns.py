@@ -231,11 +231,22 @@ def build_patterns(d: WindowDigest) -> Patterns:
                     n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
     p99 = group_max(cell, np.asarray(f.p99_ns, dtype=np.float64), n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
     excl = summed(f.excl_ns)
+    total = summed(f.total_ns)
+    per_step = wmedian(f.per_step_ns)
+    # A function that runs in fewer than half of a rank's steps (a GC pass, a
+    # periodic log) has a per-step median of 0 over *all* steps; its median over
+    # the steps where it ran would compare one rare pause with peers that had
+    # none. Its cost per step is then its mean over all steps: its share of them.
+    ran = np.bincount(cell, weights=w, minlength=n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
+    sporadic = ran < 0.5 * np.maximum(steps, 1)[:, None]
+    own = np.isin(kinds, _OWN_DURATION_KINDS)[None, :]
+    mean_cost = np.where(own, total, excl) / np.maximum(steps, 1)[:, None]
+    per_step = np.where(sporadic & np.isfinite(per_step), mean_cost, per_step)
     window_ns = d.end_ns - d.start_ns
     return Patterns(
         ranks=ranks, fn_names=[k[0] for k in keys], fn_stacks=[k[1] for k in keys], fn_kinds=kinds,
-        count=count, total_ns=summed(f.total_ns), excl_ns=excl, median_ns=wmedian(f.median_ns),
-        p90_ns=wmedian(f.p90_ns), p99_ns=p99, per_step_ns=wmedian(f.per_step_ns), low_ns=low,
+        count=count, total_ns=total, excl_ns=excl, median_ns=wmedian(f.median_ns),
+        p90_ns=wmedian(f.p90_ns), p99_ns=p99, per_step_ns=per_step, low_ns=low,
         beta=excl / float(window_ns), steps=steps, step_time_ns=step_time, window_ns=window_ns,
     )
 
