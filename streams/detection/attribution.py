@@ -6,6 +6,11 @@ are the GPU; slow memory-bound kernels with normal GEMMs and clocks are HBM;
 slow copies with a downgraded PCIe link are PCIe; a slow data loader with
 iowait is storage; slow host code on a saturated CPU is host contention; more
 compute with normal counters is uneven work.
+
+GPUs are compared like with like: a GPU's clock against its *own* ceiling
+(``clock_ratio``), and against peers of the same class only (same max SM
+clock, power limit and memory size, whichever are reported). A node type with
+a lower clock ceiling or power limit is not a throttled GPU.
 """
 
 from __future__ import annotations
@@ -21,8 +26,13 @@ from .counters import CounterSummary
 # partly memory-bound and stay out of this class, so "GEMMs normal" stays a clean test.
 _COMPUTE_BOUND = re.compile(r"gemm|xmma|wgmma|cutlass|matmul|aten::(mm|bmm|addmm|linear)|conv|sgemm|hgemm", re.I)
 
-CLOCK_RATIO_LOW = 0.92      # SM clock below 92% of max: throttled
+CLOCK_RATIO_LOW = 0.92      # SM clock below 92% of max: throttled (boost steps are 15 MHz; idle dips are brief)
 THROTTLE_SHARE = 0.3        # clock-event reasons in >= 30% of samples
+# Two GPUs are of one class when each reported ceiling agrees within 2%: NVML
+# reports a model's max clock, power limit and memory size exactly, while a
+# few MHz / watts / MiB of reporting jitter (or ECC reservations) stay inside.
+CLASS_TOLERANCE = 0.02
+CLASS_KEYS = ("max_sm_clock_mhz", "power_limit_w", "mem_total_bytes")
 IOWAIT_HIGH_PCT = 10.0
 CPU_SATURATED_PCT = 90.0
 
@@ -35,11 +45,57 @@ def _finite(v: float | None) -> bool:
     return v is not None and np.isfinite(v)
 
 
+def _ceiling(m: dict[str, float] | None) -> tuple[float, ...]:
+    return tuple(float(m.get(k, np.nan)) if m else float("nan") for k in CLASS_KEYS)
+
+
+def same_class(a: dict[str, float] | None, b: dict[str, float] | None) -> bool:
+    """Every ceiling both GPUs report agrees (within CLASS_TOLERANCE); unknown ones do not separate."""
+    for x, y in zip(_ceiling(a), _ceiling(b)):
+        if np.isfinite(x) and np.isfinite(y) and abs(x - y) > CLASS_TOLERANCE * max(abs(x), abs(y)):
+            return False
+    return True
+
+
+def class_peers(counters: CounterSummary, rank: int, peers: list[int]) -> list[int]:
+    """The peers whose GPU is of the rank's class (all of them when the rank reports no ceiling)."""
+    mine = counters.gpu.get(rank)
+    return [p for p in peers if same_class(mine, counters.gpu.get(p))]
+
+
+def gpu_classes(counters: CounterSummary, ranks: list[int]) -> dict[int, int]:
+    """A class id per rank with GPU counters (ranks in one class share their ceilings).
+
+    For the peer test: comparing kernel times across classes reads a slower GPU
+    model as a slow GPU. Classes are taken greedily in rank order; a GPU that
+    reports no ceiling joins the first class.
+    """
+    reps: list[dict[str, float]] = []
+    out: dict[int, int] = {}
+    for r in sorted(ranks):
+        m = counters.gpu.get(r)
+        if m is None:
+            continue
+        for i, rep in enumerate(reps):
+            if same_class(rep, m):
+                out[r] = i
+                break
+        else:
+            reps.append(m)
+            out[r] = len(reps) - 1
+    return out
+
+
 def gpu_evidence(counters: CounterSummary, rank: int, peers: list[int]) -> dict[str, Any]:
-    """The culprit's GPU counters against its peers' median."""
+    """The culprit's GPU counters against the median of its peers of the same GPU class."""
     mine = counters.gpu.get(rank)
     if not mine:
         return {}
+    with_counters = [p for p in peers if p in counters.gpu]
+    same = class_peers(counters, rank, with_counters)
+    out_class = ({"same_class_peers": len(same), "other_class_peers": len(with_counters) - len(same)}
+                 if len(same) < len(with_counters) else {})
+    peers = same
     out: dict[str, Any] = {}
     for key in ("sm_clock_mhz", "throttle_share", "temp_c", "power_w", "clock_ratio", "mem_util_pct",
                 "pcie_gen", "pcie_width", "pcie_tx_Bps", "pcie_rx_Bps", "nvlink_tx_Bps", "nvlink_rx_Bps"):
@@ -50,17 +106,33 @@ def gpu_evidence(counters: CounterSummary, rank: int, peers: list[int]) -> dict[
     for key in ("max_sm_clock_mhz", "max_pcie_gen", "max_pcie_width", "power_limit_w"):
         if _finite(mine.get(key)):
             out[key] = {"culprit": mine[key]}
+    if out_class:
+        out["gpu_class"] = out_class
     return out
 
 
+def _peer_median(counters: CounterSummary, peers: list[int], key: str) -> float:
+    vals = [counters.gpu[p].get(key, np.nan) for p in peers if p in counters.gpu]
+    vals = [v for v in vals if _finite(v)]
+    return float(np.median(vals)) if vals else float("nan")
+
+
 def kernel_component(counters: CounterSummary, rank: int, memory_share: float,
-                     gemm_ratio: float | None) -> tuple[str, str]:
+                     gemm_ratio: float | None, peers: list[int] | None = None) -> tuple[str, str]:
     """gpu / gpu_memory / workload for slow kernels on one rank, with the reason.
 
     ``gemm_ratio`` is None when no kernel is recognisably a GEMM: then "GEMMs
     normal" cannot be claimed and HBM is never blamed.
+
+    Throttling is judged against the GPU's own ceiling (clock_ratio). Without
+    a reported max clock, the clock is compared with ``peers`` of the same class,
+    and only when a ceiling (power limit, memory size) says what the class is.
+    Clock-event reasons count only when the GPU's class peers do not show them
+    alike: GPUs with a lower power limit all sit at their cap (SW power cap set)
+    and that is their operating point, not a fault.
     """
     g = counters.gpu.get(rank)
+    same = class_peers(counters, rank, peers or [])
     throttled = False
     reason = ""
     if g:
@@ -69,16 +141,40 @@ def kernel_component(counters: CounterSummary, rank: int, memory_share: float,
         if _finite(ratio) and ratio < CLOCK_RATIO_LOW:
             throttled = True
             reason = f"SM clock {g['sm_clock_mhz']:.0f} of {g['max_sm_clock_mhz']:.0f} MHz"
-        if _finite(share) and share >= THROTTLE_SHARE:
+        elif not _finite(ratio) and same and any(_finite(v) for v in _ceiling(g)):
+            base = _peer_median(counters, same, "sm_clock_mhz")
+            clock = g.get("sm_clock_mhz", np.nan)
+            if _finite(clock) and _finite(base) and clock < CLOCK_RATIO_LOW * base:
+                throttled = True
+                reason = f"SM clock {clock:.0f} MHz vs {base:.0f} on GPUs of its class"
+        peer_share = _peer_median(counters, same, "throttle_share") if same else float("nan")
+        if _finite(share) and share >= THROTTLE_SHARE and not (_finite(peer_share) and peer_share >= THROTTLE_SHARE):
             throttled = True
             reason = (reason + "; " if reason else "") + f"clock-event reasons in {share:.0%} of samples"
     if throttled:
         return "gpu", reason
     if gemm_ratio is not None and memory_share >= 0.7 and gemm_ratio < 1.05:
         return "gpu_memory", "memory-bound kernels slow while GEMMs and clocks are normal"
+    if g and peers:
+        others = [p for p in peers if p in counters.gpu and p not in set(same)]
+        lower = _lower_ceiling(counters, rank, others)
+        if lower:
+            # A slower GPU model among faster peers: hardware, but no fault of this GPU.
+            return "gpu", f"a GPU class with a lower ceiling than {len(others)} of its peers ({lower}); not throttled"
     if g:
         return "workload", "more compute with normal clocks and counters"
     return "gpu", "kernels slower than peers (no GPU counters to say why)"
+
+
+def _lower_ceiling(counters: CounterSummary, rank: int, others: list[int]) -> str:
+    """'max SM clock 1755 vs 1980' when the rank's class ceilings are below those of ``others``."""
+    mine = counters.gpu.get(rank) or {}
+    parts = []
+    for key, label in (("max_sm_clock_mhz", "max SM clock"), ("power_limit_w", "power limit")):
+        base = _peer_median(counters, others, key)
+        if _finite(mine.get(key)) and _finite(base) and mine[key] < (1 - CLASS_TOLERANCE) * base:
+            parts.append(f"{label} {mine[key]:.0f} vs {base:.0f}")
+    return ", ".join(parts)
 
 
 def pcie_reason(counters: CounterSummary, rank: int) -> str:

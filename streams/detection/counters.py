@@ -42,11 +42,27 @@ def _medians(ids: np.ndarray, n: int, cols: Columns, names: tuple[str, ...]) -> 
     return out
 
 
-def _increase(ids: np.ndarray, n: int, v: np.ndarray) -> np.ndarray:
+def _increase(ids: np.ndarray, n: int, v: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Increase of a cumulative counter per entity over the window, across resets.
+
+    Samples are taken in time order; a sample below its predecessor means the
+    counter restarted from 0 (a driver reload, a wrap), so its value is what
+    accrued since the restart (the semantics of Prometheus' ``increase``).
+    ``max - min`` would read a reset as an increase of the whole old count:
+    every error counter of a node whose NIC driver reloaded would look flaky.
+    """
     ok = ~np.isnan(v)
     if not ok.any():
         return np.full(n, np.nan)
-    return group_max(ids[ok], v[ok], n) - group_min(ids[ok], v[ok], n)
+    i, x = ids[ok], v[ok]
+    order = np.lexsort((x, ts[ok], i))  # equal timestamps: by value, so record order never matters
+    i, x = i[order], x[order]
+    same = i[1:] == i[:-1]
+    d = np.diff(x)
+    step = np.where(d >= 0, d, x[1:])
+    inc = np.bincount(i[1:][same], weights=step[same], minlength=n).astype(np.float64)
+    inc[np.bincount(i, minlength=n) == 0] = np.nan
+    return inc
 
 
 def summarise_gpu(gpu: Columns) -> tuple[dict[int, dict[str, float]], dict[int, int]]:
@@ -63,7 +79,14 @@ def summarise_gpu(gpu: Columns) -> tuple[dict[int, dict[str, float]], dict[int, 
     thr_share = np.bincount(ids, weights=throttled.astype(float), minlength=n) / np.maximum(
         np.bincount(ids, weights=has_tr.astype(float), minlength=n), 1)
     thr_share[np.bincount(ids, weights=has_tr.astype(float), minlength=n) == 0] = np.nan
-    ecc = _increase(ids, n, a["ecc_uncorrected"])
+    # NVLink bytes moved per second over the window (mean, not median): a checkpoint or
+    # evaluation pause that idles the links for half the window must not read as "unused".
+    nv_has = ~(np.isnan(a["nvlink_tx_Bps"]) & np.isnan(a["nvlink_rx_Bps"]))
+    nv = np.nan_to_num(a["nvlink_tx_Bps"]) + np.nan_to_num(a["nvlink_rx_Bps"])
+    nv_cnt = np.bincount(ids, weights=nv_has.astype(float), minlength=n)
+    nv_mean = np.bincount(ids, weights=np.where(nv_has, nv, 0.0), minlength=n) / np.maximum(nv_cnt, 1)
+    nv_mean[nv_cnt == 0] = np.nan
+    ecc = _increase(ids, n, a["ecc_uncorrected"], a["ts_ns"])
     xid = group_max(ids, np.nan_to_num(a["xid"]), n)
     out: dict[int, dict[str, float]] = {}
     index: dict[int, int] = {}
@@ -72,6 +95,7 @@ def summarise_gpu(gpu: Columns) -> tuple[dict[int, dict[str, float]], dict[int, 
         m = {k: float(v[i]) for k, v in med.items()}
         m["throttle_share"] = float(thr_share[i])
         m["ecc_increase"] = float(ecc[i])
+        m["nvlink_mean_Bps"] = float(nv_mean[i])
         m["xid"] = float(xid[i])
         if m["max_sm_clock_mhz"] > 0:
             m["clock_ratio"] = m["sm_clock_mhz"] / m["max_sm_clock_mhz"]
@@ -81,8 +105,13 @@ def summarise_gpu(gpu: Columns) -> tuple[dict[int, dict[str, float]], dict[int, 
 
 
 def summarise_nic(nic: Columns) -> dict[tuple[str, str], dict[str, float]]:
+    """Per (node, port) levels; a device's port 2 and up is keyed ``"<nic>:<port>"``."""
     a = nic.arrays
-    ids, n, first = dense_ids(a["node"], a["nic"])
+    # A device's second (third...) port is a link of its own (dual-port HCAs: one rail per
+    # port): its cumulative counters must not interleave with the first port's.
+    port = a["port"] if "port" in a else np.full(len(nic), -1, dtype=np.int32)
+    port_key = np.where(port > 1, port, -1)
+    ids, n, first = dense_ids(a["node"], a["nic"], port_key)
     med = _medians(ids, n, nic, ("tx_Bps", "rx_Bps", "link_gbps"))
     tput = np.nan_to_num(a["tx_Bps"]) + np.nan_to_num(a["rx_Bps"])
     has_t = ~(np.isnan(a["tx_Bps"]) & np.isnan(a["rx_Bps"]))
@@ -93,9 +122,12 @@ def summarise_nic(nic: Columns) -> dict[tuple[str, str], dict[str, float]]:
     zero_share = np.bincount(ids, weights=(has_t & (tput <= 0)).astype(float), minlength=n) / np.maximum(cnt, 1)
     down = group_min(ids, np.where(np.isnan(a["link_up"]), 1.0, a["link_up"]), n)
     out: dict[tuple[str, str], dict[str, float]] = {}
-    incs = {name: _increase(ids, n, a[name]) for name in NIC_ERRORS + NIC_CONGESTION}
+    incs = {name: _increase(ids, n, a[name], a["ts_ns"]) for name in NIC_ERRORS + NIC_CONGESTION}
     for i in range(n):
-        key = (nic.vocab["node"][int(a["node"][first[i]])], nic.vocab["nic"][int(a["nic"][first[i]])])
+        name = nic.vocab["nic"][int(a["nic"][first[i]])]
+        if port_key[first[i]] > 1:
+            name = f"{name}:{int(port_key[first[i]])}"
+        key = (nic.vocab["node"][int(a["node"][first[i]])], name)
         m = {k: float(v[i]) for k, v in med.items()}
         m.update(throughput_Bps=float(mean[i]), throughput_cv=float(cv[i]), zero_share=float(zero_share[i]),
                  link_up_min=float(down[i]))

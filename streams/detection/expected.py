@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from eroica.models.columns import OP_CODE
+
 from .collectives import CollectiveStats
 from .counters import CounterSummary
 from .findings import Finding
 from .layout import Layout
-from .links import NicAnomaly
+from .links import NicAnomaly, group_through
+from .ports import PortMap, classify
 from .patterns import K_KERNEL, K_LOADER, K_OPTIM, K_OTHER, K_PYTHON, Patterns
 
 LOADER_BETA = 0.10        # the data loader holds >= 10% of the window on the typical rank
@@ -24,8 +27,11 @@ LOADER_BETA = 0.10        # the data loader holds >= 10% of the window on the ty
 # bursty network faults; a loop bound by host syncs or slow Python is well above.
 PYTHON_BETA = 0.25
 RANK_SHARE = 0.8          # ... on at least 80% of the ranks: shared, not one rank's problem
-BW_CONFIG = 0.2           # inter-node collectives below 20% of link speed: not NCCL's RDMA path
+# Shares of a rank's link capacity reached by the *bus* bandwidth of inter-node collectives
+# (what each link carries: NCCL's busbw, the algorithm factor taken out), so 1.0 is the wire.
+BW_CONFIG = 0.2           # below 20%: not NCCL's RDMA path (RDMA reaches 80-95%, TCP sockets 5-20%)
 BW_DEGRADED = 0.8         # below 80%: slow enough to blame the fabric when it reports congestion
+NIC_CONFIDENCE = 0.7      # a rail's counter anomaly under slowed transfers: a clear cause, no significance test
 MIN_COLL_BYTES = 1 << 20  # ignore tiny collectives (latency-bound, e.g. a scalar all-reduce)
 NVLINK_IDLE_BPS = 1e6     # NVLink counters below 1 MB/s while TP collectives run: unused
 IOWAIT_HIGH_PCT = 10.0
@@ -133,41 +139,94 @@ def _top_fn(p: Patterns, kinds: tuple[int, ...]) -> str:
     return p.fn_names[int(cols[np.argmax(np.nanmedian(p.beta[:, cols], axis=0))])]
 
 
-def link_capacity_Bps(counters: CounterSummary) -> float:
-    speeds = [m.get("link_gbps", np.nan) for m in counters.nic.values()]
-    speeds = [s for s in speeds if np.isfinite(s) and s > 0]
+def link_capacity_Bps(counters: CounterSummary, ports: PortMap | None = None,
+                      ranks_per_node: dict[str, int] | None = None) -> float:
+    """A rank's share of its node's rail capacity (bytes/s), the median over nodes.
+
+    Only the ports that carry the job's collectives count (:mod:`.ports`): a
+    front-end or management port's speed says nothing about what the
+    collectives can reach. With ``ranks_per_node`` (the ranks of each node that
+    take part in inter-node collectives, which run concurrently) each rank gets
+    its share of the node's rails, which is one rail when rails and GPUs pair
+    up; without it, one rail per rank.
+    """
+    ports = ports if ports is not None else classify(counters)
+    if ranks_per_node:
+        caps = [ports.node_capacity_gbps(n) / k for n, k in ranks_per_node.items() if k > 0]
+        caps = [c for c in caps if np.isfinite(c) and c > 0]
+        if caps:
+            return float(np.median(caps)) * 1e9 / 8
+    speeds = [p.link_gbps for p in ports.rails if np.isfinite(p.link_gbps) and p.link_gbps > 0]
     return float(np.median(speeds)) * 1e9 / 8 if speeds else float("nan")
 
 
-def inter_node_bandwidth_ratio(coll: CollectiveStats, counters: CounterSummary) -> tuple[float, list[str]]:
-    """Median over inter-node communicators of achieved bandwidth / NIC link speed."""
-    cap = link_capacity_Bps(counters)
+_BUS_FACTOR_OPS = {OP_CODE["all_reduce"]: 2.0, OP_CODE["all_gather"]: 1.0, OP_CODE["reduce_scatter"]: 1.0}
+
+
+def bus_bandwidth(g) -> float:
+    """What each link of the group carries per second (NCCL's busbw), from bytes / transfer time.
+
+    A ring all-reduce sends 2(n-1)/n of the buffer over every link, all-gather
+    and reduce-scatter (n-1)/n of the full buffer (the tracer's ``bytes``);
+    broadcast and unknown ops are taken as sending the buffer once.
+    """
+    n = int(g.ranks.size)
+    factor = _BUS_FACTOR_OPS.get(int(g.op), 0.0) * (n - 1) / n if n > 1 else 0.0
+    return g.bandwidth * (factor if factor > 0 else 1.0)
+
+
+def _inter_node_ranks(coll: CollectiveStats, layout: Layout) -> dict[str, int]:
+    ranks = {int(r) for g in coll.groups if not g.intra_node and not g.p2p for r in g.ranks}
+    out: dict[str, int] = {}
+    for r in ranks:
+        node = layout.rank_node.get(r, "")
+        if node:
+            out[node] = out.get(node, 0) + 1
+    return out
+
+
+def inter_node_bandwidth_ratio(coll: CollectiveStats, counters: CounterSummary,
+                               layout: Layout | None = None, ports: PortMap | None = None) -> tuple[float, list[str]]:
+    """Median over inter-node communicators of bus bandwidth / a rank's rail capacity.
+
+    Send / recv pairs are left out: their time holds the pipeline bubble.
+    """
+    cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout) if layout is not None else None)
     groups = [g for g in coll.groups if not g.intra_node and not g.p2p and np.isfinite(g.bytes_per_step)
               and g.bytes_per_step >= MIN_COLL_BYTES and np.isfinite(g.bandwidth)]
     if not groups or not np.isfinite(cap):
         return float("nan"), []
-    return float(np.median([g.bandwidth / cap for g in groups])), [g.name for g in groups]
+    return float(np.median([bus_bandwidth(g) / cap for g in groups])), [g.name for g in groups]
 
 
 def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
                          anomalies: list[NicAnomaly]) -> list[Finding]:
     out: list[Finding] = []
     all_ranks = [int(r) for r in p.ranks]
-    ratio, names = inter_node_bandwidth_ratio(coll, counters)
+    ports = classify(counters)
+    ratio, names = inter_node_bandwidth_ratio(coll, counters, layout, ports)
     congested = sorted({a.node for a in anomalies if a.kind == "congested"})
     hw = [a for a in anomalies if a.kind in ("degraded", "flaky")]
-    cap = link_capacity_Bps(counters)
+    cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout))
     reasons: list[str] = []
     evidence: dict = {}
     if np.isfinite(ratio):
         evidence["inter_node_bandwidth_share_of_link"] = {"median": round(ratio, 4), "link_Bps": cap,
-                                                           "groups": names[:8]}
-    if np.isfinite(ratio) and ratio < BW_DEGRADED and len(congested) >= 2 and not hw:
+                                                           "groups": names[:8], "ports": ports.summary()}
+    # Several nodes marked: the fabric. A node whose rails report no congestion counters at
+    # all (the vendor hw_counters are optional) cannot say it is quiet: one marked node
+    # beside such a node, with every ring slowed, is the fabric too.
+    blind = _nodes_without_congestion_counters(counters, ports)
+    if (np.isfinite(ratio) and ratio < BW_DEGRADED and not hw
+            and (len(congested) >= 2 or (len(congested) == 1 and set(blind) - set(congested)))):
+        ev = {**evidence, "congested_nodes": {"culprit": congested}}
+        if blind:
+            ev["nodes_without_congestion_counters"] = {"nodes": blind}
         out.append(Finding(
             kind="slow", component="network", scope="job", fn=names[0] if names else "",
             slowdown=float(1.0 / max(ratio, 0.01)), score=float(len(congested)),
             confidence=_conf(1.0 + (BW_DEGRADED - ratio) / BW_DEGRADED * 2), peers=all_ranks,
-            culprits=[], evidence={**evidence, "congested_nodes": {"culprit": congested}},
+            culprits=[], evidence=ev,
             summary=(f"fabric congestion at {len(congested)} nodes ({', '.join(congested[:4])}): CNP / xmit-wait "
                      f"counters far above the other ports; inter-node collectives at {ratio:.0%} of link speed"),
         ))
@@ -180,12 +239,15 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
     for a in {a.node: a for a in sorted(hw, key=lambda a: a.strength)}.values():
         ranks = layout.node_ranks(a.node, p.ranks)
         slowed = (np.isfinite(ratio) and ratio < BW_DEGRADED) or _slower_than_family(coll, set(ranks))
+        # Transfers cost >= 5% of a step: a link problem there is worth a verdict (the cost bar of confidence_of).
         if slowed and _transfer_share(p, coll) >= 0.05:
             out.append(Finding(
-                kind="slow", component="nic", scope="node", node=a.node, fn=names[0] if names else "",
+                kind="slow", component="nic", scope="node", node=a.node,
+                # the communicator link_findings names too: one incident whichever test finds it
+                fn=group_through(coll, set(ranks), layout.rank_stage) or (names[0] if names else ""),
                 slowdown=float(1.0 / max(ratio, 0.01)) if np.isfinite(ratio) else 1.0, score=float(a.strength),
-                confidence=0.7, peers=[r for r in all_ranks if r not in ranks], culprits=ranks,
-                evidence={**evidence, "nic": {"culprit": a.nic, "anomaly": a.kind}, **a.evidence},
+                confidence=NIC_CONFIDENCE, peers=[r for r in all_ranks if r not in ranks], culprits=ranks,
+                evidence={**evidence, **a.evidence, "nic": {"culprit": a.nic, "anomaly": a.kind, "class": "rail"}},
                 summary=(f"NIC {a.nic} on {a.node} {'link degraded' if a.kind == 'degraded' else 'flaky (errors)'} "
                          f"while collectives move data below the links' speed"),
             ))
@@ -201,6 +263,16 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
             evidence=evidence, summary="; ".join(reasons),
         ))
     return out
+
+
+def _nodes_without_congestion_counters(counters: CounterSummary, ports: PortMap) -> list[str]:
+    """Nodes none of whose rails report a CNP or xmit-wait counter."""
+    seen: dict[str, bool] = {}
+    for p in ports.rails:
+        m = counters.nic.get((p.node, p.nic), {})
+        has = any(np.isfinite(m.get(f"{k}_inc", np.nan)) for k in ("cnp_sent", "xmit_wait"))
+        seen[p.node] = seen.get(p.node, False) or has
+    return sorted(n for n, has in seen.items() if not has)
 
 
 def _slower_than_family(coll: CollectiveStats, ranks: set[int], margin: float = 0.9) -> bool:
@@ -219,8 +291,31 @@ def _slower_than_family(coll: CollectiveStats, ranks: set[int], margin: float = 
 
 
 def _transfer_share(p: Patterns, coll: CollectiveStats) -> float:
+    """The typical rank's collective transfer time per step, as a share of the step.
+
+    Send / recv are left out: their "transfer" holds the pipeline bubble (the
+    wait for the other stage), which says nothing about a link.
+    """
     step = float(np.nanmedian(p.step_time_ns)) if p.step_time_ns.size else 0.0
-    return float(np.median(coll.transfer_per_step)) / step if step > 0 and coll.transfer_per_step.size else 0.0
+    per_rank: dict[int, float] = {}
+    for g in coll.groups:
+        if g.p2p:
+            continue
+        for r in g.ranks:
+            per_rank[int(r)] = per_rank.get(int(r), 0.0) + g.transfer_per_step
+    return float(np.median(list(per_rank.values()))) / step if step > 0 and per_rank else 0.0
+
+
+def nvlink_Bps(m: dict[str, float]) -> float:
+    """A GPU's NVLink bytes per second over the window: the mean of tx + rx when summarised, else the medians'.
+
+    The mean counts what moved; the median of the samples reads 0 whenever a
+    checkpoint or evaluation idles the job for more than half the window.
+    """
+    mean = m.get("nvlink_mean_Bps", np.nan)
+    if mean is not None and np.isfinite(mean):
+        return float(mean)
+    return float(m.get("nvlink_tx_Bps", np.nan) + m.get("nvlink_rx_Bps", np.nan))
 
 
 def nvlink_unused(coll: CollectiveStats, counters: CounterSummary) -> float | None:
@@ -229,8 +324,7 @@ def nvlink_unused(coll: CollectiveStats, counters: CounterSummary) -> float | No
              and g.bytes_per_step >= MIN_COLL_BYTES]
     if not intra:
         return None
-    tput = [m.get("nvlink_tx_Bps", np.nan) + m.get("nvlink_rx_Bps", np.nan) for m in counters.gpu.values()]
-    tput = np.array([t for t in tput if np.isfinite(t)])
+    tput = np.array([t for t in (nvlink_Bps(m) for m in counters.gpu.values()) if np.isfinite(t)])
     if tput.size < 2:
         return None
     if np.mean(tput < NVLINK_IDLE_BPS) >= 0.9:

@@ -3,8 +3,10 @@
 Groups are compared within a *family* (same member count, same intra/inter-node
 span, same collective op): the rail-aligned data-parallel rings of a job, the tensor-parallel
 groups of its nodes. Effective bandwidth (bytes / transfer time) when byte
-counts are known, else transfer time. The NIC counters then say which node's
-link it is (lowered speed, rising errors) or that the fabric is congested.
+counts are known, else transfer time among groups over the same pipeline
+stages. The NIC counters of the rails (:mod:`.ports`: never the front-end or
+management ports) then say which node's link it is (lowered speed, rising
+errors) or that the fabric is congested.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import numpy as np
 
 from .collectives import CollectiveStats, GroupStats
 from .counters import NIC_CONGESTION, NIC_ERRORS, CounterSummary
+from .ports import PortMap, classify, link_trouble
 from .robust import leave_one_out_median, robust_z
 
-MIN_GROUPS = 3
-MIN_RATIO = 1.2
-MIN_Z = 5.0
-MIN_MATERIAL = 0.02
-LINK_SPEED_LOW = 0.9
+MIN_GROUPS = 3            # the smallest family whose leave-one-out median ignores one odd group
+MIN_RATIO = 1.2           # 20% slower per byte: beyond the spread of equal-sized NCCL transfers on healthy links
+MIN_Z = 5.0               # the peer test's significance (robust z against the family's MAD)
+MIN_MATERIAL = 0.02       # the extra transfer costs >= 2% of a step: worth a verdict
+LINK_SPEED_LOW = 0.9      # link speeds come in steps of 2x (lanes, generations): 0.9 only absorbs rounding
 
 
 @dataclass
@@ -33,26 +36,89 @@ class SlowGroup:
     peer_groups: int
 
 
-def slow_groups(stats: CollectiveStats, step_ns: float) -> list[SlowGroup]:
-    families: dict[tuple[int, bool, int], list[GroupStats]] = {}
-    for g in stats.groups:
+def _stage_set(g: GroupStats, rank_stage: dict[int, int]) -> tuple[int, ...]:
+    return tuple(sorted({rank_stage.get(int(r), 0) for r in g.ranks}))
+
+
+def families(groups: list[GroupStats], rank_stage: dict[int, int] | None = None) -> list[list[GroupStats]]:
+    """Communicators that should move data alike: same member count, span (intra / inter-node) and op.
+
+    Compared by bandwidth when every member of the family reports its bytes.
+    Without byte counts only transfer *time* is left, and in a pipeline-parallel
+    job the data-parallel groups of different stages reduce different gradient
+    sizes (a stage with more layers has more): such groups are then compared
+    only with groups over the same set of stages. Send / recv pairs never form
+    a family: their durations hold the pipeline bubble (waiting for the other
+    stage), not a link's speed.
+    """
+    fam: dict[tuple[int, bool, int], list[GroupStats]] = {}
+    for g in groups:
         if g.ranks.size >= 2 and not g.p2p:
-            families.setdefault((int(g.ranks.size), g.intra_node, g.op), []).append(g)
-    out: list[SlowGroup] = []
-    for groups in families.values():
-        if len(groups) < MIN_GROUPS:
+            fam.setdefault((int(g.ranks.size), g.intra_node, g.op), []).append(g)
+    out: list[list[GroupStats]] = []
+    for gs in fam.values():
+        if _bytes_known(gs) or not rank_stage:
+            out.append(gs)
             continue
-        t = np.array([g.transfer_per_step for g in groups])
-        bw = np.array([g.bandwidth for g in groups])
-        # "slowness" grows with transfer time per byte; fall back to time without byte counts.
-        cost = 1.0 / bw if np.isfinite(bw).all() and (bw > 0).all() else t
+        by_stage: dict[tuple[int, ...], list[GroupStats]] = {}
+        for g in gs:
+            by_stage.setdefault(_stage_set(g, rank_stage), []).append(g)
+        out.extend(by_stage.values())
+    return out
+
+
+def _bytes_known(groups: list[GroupStats]) -> bool:
+    bw = np.array([g.bandwidth for g in groups])
+    return bool(np.isfinite(bw).all() and (bw > 0).all())
+
+
+def _cost(groups: list[GroupStats]) -> np.ndarray:
+    """Slowness: transfer time per byte; transfer time alone without byte counts."""
+    if _bytes_known(groups):
+        return 1.0 / np.array([g.bandwidth for g in groups])
+    return np.array([g.transfer_per_step for g in groups])
+
+
+def family_ratios(stats: CollectiveStats, rank_stage: dict[int, int] | None = None,
+                  min_groups: int = MIN_GROUPS) -> list[tuple[GroupStats, float, float, int]]:
+    """(group, cost / leave-one-out median of its family, robust z, family size - 1) for every compared group."""
+    out = []
+    for groups in families(stats.groups, rank_stage):
+        if len(groups) < min_groups:
+            continue
+        cost = _cost(groups)
         loo = leave_one_out_median(cost)
         z, _, _ = robust_z(cost)
         ratio = cost / np.maximum(loo, 1e-30)
-        excess = t - t * (1.0 / np.maximum(ratio, 1e-9))
-        for i in np.flatnonzero((ratio >= MIN_RATIO) & (z >= MIN_Z) & (excess >= MIN_MATERIAL * step_ns)):
-            out.append(SlowGroup(groups[i], float(ratio[i]), float(z[i]), float(excess[i]), len(groups) - 1))
+        out += [(g, float(ratio[i]), float(z[i]), len(groups) - 1) for i, g in enumerate(groups)]
     return out
+
+
+def slow_groups(stats: CollectiveStats, step_ns: float, rank_stage: dict[int, int] | None = None) -> list[SlowGroup]:
+    out: list[SlowGroup] = []
+    for g, ratio, z, peers in family_ratios(stats, rank_stage):
+        t = g.transfer_per_step
+        excess = t - t / max(ratio, 1e-9)
+        if ratio >= MIN_RATIO and z >= MIN_Z and excess >= MIN_MATERIAL * step_ns:
+            out.append(SlowGroup(g, ratio, z, excess, peers))
+    return out
+
+
+def group_through(stats: CollectiveStats, ranks: set[int], rank_stage: dict[int, int] | None = None) -> str:
+    """The inter-node communicator that shows a node's link problem: the slowest against its family.
+
+    Every test that blames a node's NIC names this same communicator as the
+    verdict's ``fn``, so the culprit keeps one incident key whichever test found
+    it in a window (the streak of consecutive windows then grows).
+    Ties and families too small to compare resolve by name. ``""`` when no
+    inter-node communicator has a member among ``ranks``.
+    """
+    cands = [g for g in stats.groups if not g.intra_node and not g.p2p and g.ranks.size >= 2
+             and ranks & {int(r) for r in g.ranks}]
+    if not cands:
+        return ""
+    ratio = {g.name: r for g, r, _, _ in family_ratios(stats, rank_stage, min_groups=2)}
+    return min(cands, key=lambda g: (-ratio.get(g.name, 0.0), g.name)).name
 
 
 @dataclass
@@ -65,8 +131,8 @@ class NicAnomaly:
 
 
 ERROR_FLOOR = 20.0        # error-counter increases per window a healthy link may show (retransmit noise)
-ERROR_FACTOR = 10.0       # ... and how far above the fleet's typical port a bad one stands
-CONGESTION_FACTOR = 4.0
+ERROR_FACTOR = 10.0       # ... and how far above the job's typical rail a bad one stands
+CONGESTION_FACTOR = 4.0   # CNP / xmit-wait increases 4x the quieter quarter of the rails: marked, not noise
 
 
 def _fleet_quantile(values: np.ndarray, q: float) -> float:
@@ -78,44 +144,60 @@ def _fleet_median(values: np.ndarray) -> float:
     return _fleet_quantile(values, 0.5)
 
 
-def nic_anomalies(counters: CounterSummary) -> list[NicAnomaly]:
-    """NIC ports that differ from the fleet's ports: lowered speed, errors, congestion.
+def nic_anomalies(counters: CounterSummary, ports: PortMap | None = None) -> list[NicAnomaly]:
+    """Rail ports that differ from comparable rails: lowered speed, errors, congestion.
 
-    Every threshold is relative to the other ports of the job (a healthy link
+    Only ports that carry the job's collectives (:mod:`.ports`) are judged, each
+    against its own class: a rail's speed against the same rail on the other
+    nodes and the other rails of its node, its errors and congestion marks
+    against the job's rails. Front-end, management and virtual ports are never
+    judged (a management port's rx_errors say nothing about the job's fabric).
+    Every threshold is relative to the rails of the job (a healthy link
     retransmits now and then; a congested fabric marks CNPs everywhere a bit).
     """
-    if not counters.nic:
+    ports = ports if ports is not None else classify(counters)
+    rails = sorted(ports.rails, key=lambda p: (p.node, p.nic))
+    if not rails:
         return []
-    ports = list(counters.nic.items())
-    speeds = np.array([m.get("link_gbps", np.nan) for _, m in ports])
-    tput = np.array([m.get("throughput_Bps", np.nan) for _, m in ports])
-    errors = np.array([float(np.nansum([m.get(f"{k}_inc", np.nan) for k in NIC_ERRORS])) for _, m in ports])
-    speed_med, tput_med, err_med = _fleet_median(speeds), _fleet_median(tput), _fleet_median(errors)
+    ms = [counters.nic[(p.node, p.nic)] for p in rails]
+    errors = np.array([float(np.nansum([m.get(f"{k}_inc", np.nan) for k in NIC_ERRORS])) for m in ms])
+    err_med = _fleet_median(errors)
     err_limit = max(ERROR_FLOOR, ERROR_FACTOR * (err_med if np.isfinite(err_med) else 0.0))
-    cong = {k: np.array([m.get(f"{k}_inc", np.nan) for _, m in ports]) for k in NIC_CONGESTION}
-    # Congestion may hit many nodes at once: compare with the quieter quarter of the ports.
+    cong = {k: np.array([m.get(f"{k}_inc", np.nan) for m in ms]) for k in NIC_CONGESTION}
+    # Congestion may hit many nodes at once: compare with the quieter quarter of the rails.
     cong_med = {k: _fleet_quantile(v, 0.25) for k, v in cong.items()}
     out: list[NicAnomaly] = []
-    for i, ((node, nic), m) in enumerate(ports):
+    for i, (port, m) in enumerate(zip(rails, ms)):
+        same = np.array([p.link_gbps for p in ports.same_rail(port)])
+        mates = np.array([p.link_gbps for p in ports.node_rails(port.node, exclude=port.nic)])
+        rail_speed, node_speed = _fleet_median(same), _fleet_median(mates)
+        same_tput = _fleet_median(np.array([p.throughput_Bps for p in ports.same_rail(port)]))
         ev = {
-            "link_gbps": {"culprit": m.get("link_gbps"), "peer_median": speed_med},
-            "throughput_Bps": {"culprit": round(m.get("throughput_Bps", np.nan), 1), "peer_median": round(tput_med, 1)},
+            "nic": {"culprit": port.nic, "class": port.cls},
+            "link_gbps": {"culprit": m.get("link_gbps"), "same_rail_median": rail_speed,
+                          "node_rails_median": node_speed},
+            "throughput_Bps": {"culprit": round(m.get("throughput_Bps", np.nan), 1),
+                               "same_rail_median": round(same_tput, 1)},
             "throughput_cv": {"culprit": round(m.get("throughput_cv", np.nan), 3)},
         }
-        speed = speeds[i]
-        flapped = m.get("link_up_min", 1.0) < 1.0 or m.get("link_downed_inc", 0.0) > 0
-        if np.isfinite(speed) and np.isfinite(speed_med) and speed < LINK_SPEED_LOW * speed_med:
-            out.append(NicAnomaly(node, nic, "degraded", ev, 1.0 + (speed_med - speed) / speed_med))
-        elif errors[i] > err_limit or flapped:
+        speed = port.link_gbps
+        # Slower than the same rail elsewhere (switch ports of a rail are set alike), and
+        # not merely a node type whose rails are all slower: its own other rails are faster.
+        degraded = (np.isfinite(speed) and np.isfinite(rail_speed) and speed < LINK_SPEED_LOW * rail_speed
+                    and (not np.isfinite(node_speed) or speed < LINK_SPEED_LOW * node_speed))
+        if degraded:
+            ref = rail_speed if not np.isfinite(node_speed) else min(rail_speed, node_speed)
+            out.append(NicAnomaly(port.node, port.nic, "degraded", ev, 1.0 + (ref - speed) / ref))
+        elif errors[i] > err_limit or link_trouble(m):
             ev.update({f"{k}_increase": {"culprit": m.get(f"{k}_inc")} for k in NIC_ERRORS
                        if np.isfinite(m.get(f"{k}_inc", np.nan)) and m.get(f"{k}_inc", 0) > 0})
-            ev["errors_increase"] = {"culprit": errors[i], "peer_median": err_med}
-            out.append(NicAnomaly(node, nic, "flaky", ev, 1.0 + float(np.log1p(errors[i]))))
+            ev["errors_increase"] = {"culprit": errors[i], "rails_median": err_med}
+            out.append(NicAnomaly(port.node, port.nic, "flaky", ev, 1.0 + float(np.log1p(errors[i]))))
         else:
             raised = [k for k in NIC_CONGESTION
                       if np.isfinite(cong[k][i]) and cong[k][i] > 0
                       and cong[k][i] > CONGESTION_FACTOR * max(cong_med[k] if np.isfinite(cong_med[k]) else 0.0, 1.0)]
             if raised:
-                ev.update({f"{k}_increase": {"culprit": cong[k][i], "peer_median": cong_med[k]} for k in raised})
-                out.append(NicAnomaly(node, nic, "congested", ev, 1.0))
+                ev.update({f"{k}_increase": {"culprit": cong[k][i], "rails_q25": cong_med[k]} for k in raised})
+                out.append(NicAnomaly(port.node, port.nic, "congested", ev, 1.0))
     return out
