@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -13,34 +14,59 @@ def bench() -> None:
 
 
 @bench.command()
-@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Tuning seeds 1..N (and, with --holdout, held-out seeds 1001..1000+N).")
 @click.option("--scale", "scales", type=click.Choice(["small", "medium"]), multiple=True,
               help="Scale(s) to run (default: both).")
+@click.option("--profile", "profiles", type=click.Choice(["default", "realistic"]), multiple=True,
+              help="Simulator fleet profile(s) (default: both). 'realistic' adds the nuisances of a real "
+                   "fleet drawn per seed and is analysed at the detector's default window.")
+@click.option("--holdout", is_flag=True,
+              help="Also run the held-out seeds, reported apart. Do not look at them while tuning.")
 @click.option("--only", default=None, help="Run only scenarios whose name contains this text.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--verbose", "-v", is_flag=True, help="Show every verdict of failing scenarios.")
-def accuracy(seeds: int, scales: tuple[str, ...], only: str | None, verbose: bool) -> None:
+def accuracy(seeds: int, scales: tuple[str, ...], profiles: tuple[str, ...], holdout: bool, only: str | None,
+             fmt: str, verbose: bool) -> None:
     """Run every simulator fault and healthy runs, print a scorecard.
 
     \b
     Examples:
       eroica bench accuracy --seeds 3
+      eroica bench accuracy --profile realistic --seeds 5 --scale medium
       eroica bench accuracy --scale small --only nic -v
+      eroica bench accuracy --profile realistic --seeds 5 --holdout --format json > scores.json
     """
-    from rich.console import Console
-    from rich.table import Table
+    from eroica.bench.accuracy import (groups, result_json, run_all, run_real_straggler_trace, totals,
+                                       window_s)
 
-    from eroica.bench.accuracy import run_all, run_real_straggler_trace, totals
-
-    console = Console(stderr=False, width=None if sys.stdout.isatty() else 200)
-    table = Table(title="Eroica detection scorecard")
-    for col in ("scale", "seed", "scenario", "result", "expected", "found", "s"):
-        table.add_column(col, overflow="fold")
+    chosen = tuple(dict.fromkeys(profiles)) or ("default", "realistic")
 
     def progress(r) -> None:
         if sys.stderr.isatty():
-            print(f"  {r.scale} seed {r.seed} {r.scenario.name}: {'pass' if r.passed else 'FAIL'}", file=sys.stderr)
+            print(f"  {r.profile} {r.scale} seed {r.seed} {r.scenario.name}: {'pass' if r.passed else 'FAIL'}",
+                  file=sys.stderr)
 
-    results = run_all(seeds, list(scales) or ["small", "medium"], only, progress)
+    results = run_all(seeds, list(scales) or ["small", "medium"], only, progress, chosen, holdout)
+    real = run_real_straggler_trace() if "default" in chosen and not only else None
+    summaries = []
+    for profile, held, rs in groups(results):
+        summaries.append({"profile": profile, "holdout": held, "window_s": window_s(profile), **totals(rs)})
+
+    if fmt == "json":
+        out = {"summaries": summaries, "scenarios": [result_json(r) for r in results]}
+        if real is not None:
+            out["real_trace"] = {"path": str(real.path), "passed": real.passed, "found": real.found}
+        sys.stdout.write(json.dumps(out, indent=1) + "\n")
+        return
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=False, width=None if sys.stdout.isatty() else 200)
+    table = Table(title="Eroica detection scorecard")
+    for col in ("profile", "scale", "seed", "scenario", "result", "expected", "found", "s"):
+        table.add_column(col, overflow="fold")
     for r in results:
         s = r.score
         expected = "; ".join(f.expected for f in s.faults) or "no alarm"
@@ -50,24 +76,28 @@ def accuracy(seeds: int, scales: tuple[str, ...], only: str | None, verbose: boo
             extra.append("victims blamed: " + ", ".join(s.victims_blamed))
         if s.false_alarms and s.faults:
             extra.append("false alarms: " + ", ".join(s.false_alarms))
-        table.add_row(r.scale, str(r.seed), r.scenario.name, "pass" if r.passed else "FAIL", expected,
-                      found + ("; " + "; ".join(extra) if extra else ""), f"{r.seconds:.1f}")
+        if r.notes:
+            extra.append("(" + "; ".join(r.notes) + ")")
+        table.add_row(r.profile + (" held-out" if r.holdout else ""), r.scale, str(r.seed), r.scenario.name,
+                      "pass" if r.passed else "FAIL", expected, found + ("; " + "; ".join(extra) if extra else ""),
+                      f"{r.sim_seconds + r.seconds:.1f}")
         if verbose and not r.passed:
             for v in r.verdicts:
-                console.print(f"    [{r.scenario.name}] {v.confidence:.2f} {v.kind}/{v.component} {v.scope} "
-                              f"node={v.node} rank={v.rank}: {v.summary}")
+                console.print(f"    [{r.profile} {r.scenario.name}] {v.confidence:.2f} {v.kind}/{v.component} "
+                              f"{v.scope} node={v.node} rank={v.rank}: {v.summary}", markup=False, highlight=False)
     console.print(table)
-    t = totals(results)
-    console.print(
-        f"faults localised with the right component and culprit: {t['localised']}/{t['faults']} "
-        f"({100 * t['share_localised']:.1f}%)\nvictims blamed: {t['victims_blamed']}\n"
-        f"false alarms on healthy runs: {t['false_alarms_healthy']} (over {t['healthy_runs']} runs); "
-        f"extra alarms on faulty runs: {t['false_alarms_faulty']}\n"
-        f"scenarios passed: {t['passed']}/{t['scenarios']}"
-    )
-    real = run_real_straggler_trace()
-    if real is None:
-        console.print("real trace (stragglers/trace-ST.parquet): not found (set EROICA_SHARED)")
-    else:
-        console.print(f"real trace {real.path.name} (published cause: last pipeline stage, ranks 6-7, workload): "
-                      f"{'pass' if real.passed else 'FAIL'}; found {real.found}")
+    for t in summaries:
+        label = f"{t['profile']}{' (held-out seeds)' if t['holdout'] else ''}, window {t['window_s']:g} s"
+        console.print(
+            f"[bold]{label}[/bold]: faults localised with the right component and culprit: "
+            f"{t['localised']}/{t['faults']} ({100 * t['share_localised']:.1f}%); victims blamed: "
+            f"{t['victims_blamed']}; false alarms on healthy runs: {t['false_alarms_healthy']} "
+            f"(over {t['healthy_runs']} runs); extra alarms on faulty runs: {t['false_alarms_faulty']}; "
+            f"scenarios passed: {t['passed']}/{t['scenarios']} ({t['records']:,} records, {t['seconds']:.0f} s)"
+        )
+    if "default" in chosen and not only:
+        if real is None:
+            console.print("real trace (stragglers/trace-ST.parquet): not found (set EROICA_SHARED)")
+        else:
+            console.print(f"real trace {real.path.name} (published cause: last pipeline stage, ranks 6-7, "
+                          f"workload): {'pass' if real.passed else 'FAIL'}; found {real.found}")

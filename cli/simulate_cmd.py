@@ -33,11 +33,13 @@ def _parse_faults(_ctx: click.Context, _param: click.Parameter, values: tuple[st
 @click.command("simulate")
 @click.option("--nodes", type=click.IntRange(min=1), default=4, show_default=True, help="Nodes.")
 @click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="GPUs (and NICs) per node.")
-@click.option("--steps", type=click.IntRange(min=1), default=40, show_default=True, help="Training steps.")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Training steps (default: 40; under --profile realistic, enough for detection: "
+                   "at least 20 steps and 240 s).")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor parallel size (default: --gpus).")
 @click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True, help="Pipeline stages.")
 @click.option("--microbatches", type=click.IntRange(min=1), default=None,
-              help="Microbatches per step when pipelined (default 2).")
+              help="Microbatches per step when pipelined (default 2; realistic: pp or 2*pp, from the seed).")
 @click.option("--fault", "faults", multiple=True, callback=_parse_faults, metavar="NAME[:k=v,...]",
               help="Inject a fault; repeat for several at once. See --list-faults.")
 @click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True)
@@ -46,12 +48,17 @@ def _parse_faults(_ctx: click.Context, _param: click.Parameter, values: tuple[st
               help="Ground-truth file (default: <output>.truth.json beside a file output; none for stdout).")
 @click.option("--job", default=None, help="Job id (default sim-<seed>).")
 @click.option("--start-ns", type=click.IntRange(min=0), default=None, help="Start time, ns since the epoch.")
-@click.option("--sample-ms", type=click.FloatRange(min=1.0), default=500.0, show_default=True,
-              help="Counter sample period.")
+@click.option("--sample-ms", type=click.FloatRange(min=1.0), default=None,
+              help="Counter sample period (default: 500 ms; realistic: step/20 within 0.5-10 s).")
+@click.option("--profile", type=click.Choice(["default", "realistic"]), default="default", show_default=True,
+              help="Fleet profile: 'realistic' adds nuisances drawn from the seed (extra NICs, two GPU "
+                   "models, missing fields, clock offsets, gaps, counter resets, 0.05-180 s steps, "
+                   "checkpoints, evals, warm-up, MoE jitter, pipeline schedules, FSDP); see "
+                   "producers/simulator/realistic.py.")
 @click.option("--list-faults", is_flag=True, expose_value=False, is_eager=True, callback=_list_faults,
               help="List the faults and their parameters, then exit.")
 def simulate(nodes, gpus, steps, tp, pp, microbatches, faults, seed, output, truth_file, job, start_ns,
-             sample_ms) -> None:
+             sample_ms, profile) -> None:
     """Simulate a synchronous GPU training job and write its telemetry (and ground truth).
 
     Same arguments and seed give byte-identical output.
@@ -60,7 +67,8 @@ def simulate(nodes, gpus, steps, tp, pp, microbatches, faults, seed, output, tru
 
     cfg = SimConfig(nodes=nodes, gpus=gpus, steps=steps, tp=tp, pp=pp, microbatches=microbatches,
                     faults=list(faults), seed=seed, job=job,
-                    start_ns=DEFAULT_START_NS if start_ns is None else start_ns, sample_ms=sample_ms)
+                    start_ns=DEFAULT_START_NS if start_ns is None else start_ns, sample_ms=sample_ms,
+                    profile=profile)
     try:
         cfg.validate()
     except FaultError as exc:

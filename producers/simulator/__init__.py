@@ -26,6 +26,16 @@ So records ~= 40 * nodes * gpus * steps for a healthy run:
 238 MB). Faults that slow steps add counter samples. With pp > 1 (GPipe,
 2 microbatches by default) a rank has 42-46 fn records per step (about
 12 + 16 * microbatches).
+
+Profiles: all of the above is the ``default`` profile, the clean fleet.
+``SimConfig(profile="realistic")`` (``eroica simulate --profile realistic``)
+draws from the seed a fleet with the nuisances of real ones -- front-end,
+management and virtual NICs, two GPU models, missing counter fields, clock
+offsets, sampling gaps, counter resets, steps of 0.05-180 s, checkpoints,
+evaluations, warm-up, jittery MoE layers, 1F1B / interleaved pipelines, FSDP
+-- without changing the ground truth; see :mod:`.realistic`. Its truth adds
+``profile`` and ``nuisances`` (what was drawn). The default profile's output is
+byte-identical to what it was before profiles existed.
 """
 
 from __future__ import annotations

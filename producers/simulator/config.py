@@ -9,6 +9,9 @@ import numpy as np
 from .faults import FaultError, FaultSpec, parse_fault
 
 DEFAULT_START_NS = 1_763_000_000_000_000_000
+DEFAULT_STEPS = 40  # the default profile's run length (a ~0.7 s step: ~30 s of job, one detector window and more)
+DEFAULT_SAMPLE_MS = 500.0  # NVML / sysfs polling period of a typical node agent (DCGM's default is 1 s)
+PROFILES = ("default", "realistic")
 
 
 @dataclass
@@ -18,11 +21,19 @@ class SimConfig:
     ``tp`` defaults to ``gpus`` (tensor parallel inside a node), ``pp`` to 1 and
     ``dp`` is ``nodes * gpus / (tp * pp)``. ``microbatches`` (pipeline only)
     defaults to 2 when ``pp > 1`` and is 1 otherwise.
+
+    ``profile``: ``default`` is the clean fleet the detector was written
+    against (byte-identical to earlier releases); ``realistic`` draws a fleet of
+    nuisances from the seed (:mod:`.realistic`): step time, sample period,
+    pipeline schedule, microbatches, extra NICs, two GPU models, missing
+    fields, clock offsets... ``steps`` and ``sample_ms`` left at ``None`` take
+    the profile's value (40 steps and 500 ms by default; under ``realistic``
+    enough steps for detection and a period that follows the step time).
     """
 
     nodes: int = 4
     gpus: int = 8
-    steps: int = 40
+    steps: int | None = None
     tp: int | None = None
     pp: int = 1
     microbatches: int | None = None
@@ -30,10 +41,30 @@ class SimConfig:
     seed: int = 1
     job: str | None = None
     start_ns: int = DEFAULT_START_NS
-    sample_ms: float = 500.0
+    sample_ms: float | None = None
+    profile: str = "default"
 
     def __post_init__(self) -> None:
         self.faults = [parse_fault(f) if isinstance(f, str) else f for f in self.faults]
+        if self.steps is None:
+            self.steps = self.plan.steps_for(self.pp) if self.realistic else DEFAULT_STEPS
+
+    @property
+    def realistic(self) -> bool:
+        return self.profile == "realistic"
+
+    @property
+    def plan(self):
+        """The seed's realistic-fleet plan (:class:`.realistic.Plan`); also for the default profile (unused there)."""
+        from .realistic import plan_for
+        return plan_for(int(self.seed))
+
+    @property
+    def sample_period_ms(self) -> float:
+        """Counter sample period: ``sample_ms`` when given, else the profile's."""
+        if self.sample_ms is not None:
+            return float(self.sample_ms)
+        return self.plan.sample_for(self.pp) * 1e3 if self.realistic else DEFAULT_SAMPLE_MS
 
     @property
     def job_id(self) -> str:
@@ -55,10 +86,14 @@ class SimConfig:
     def mb(self) -> int:
         if self.microbatches:
             return self.microbatches
+        if self.pp > 1 and self.realistic:
+            return self.plan.microbatches(self.pp)
         return 2 if self.pp > 1 else 1
 
     def validate(self) -> None:
         """Raise :class:`FaultError` (a ``ValueError``) when the layout or a fault does not fit."""
+        if self.profile not in PROFILES:
+            raise FaultError(f"profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         for name in ("nodes", "gpus", "steps", "pp", "seed"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "seed" else 1):
@@ -76,7 +111,7 @@ class SimConfig:
             raise FaultError("microbatches > 1 needs pp > 1")
         if self.mb < 1:
             raise FaultError("microbatches must be >= 1")
-        if self.sample_ms <= 0:
+        if self.sample_ms is not None and not self.sample_ms > 0:
             raise FaultError("sample_ms must be > 0")
         if not (0 <= self.start_ns < 2**62):
             raise FaultError("start_ns out of range")

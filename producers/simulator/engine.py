@@ -36,7 +36,8 @@ import numpy as np
 from .config import Layout, SimConfig
 from .faults import FAULTS, FaultSpec
 from .program import (CLASS_MEM, CLASS_POWER, DATALOADER, DEFAULT_HANG_FN, GiB, H2D, MS, Op,
-                      Program)
+                      Program, Variant)
+from .realistic import Fleet
 
 INF = math.inf
 IDLE_W = 85.0
@@ -102,6 +103,7 @@ class Effects:
         self.host_fac = ones.copy()
         self.kfac = {c: ones.copy() for c in ("gemm", "attn", "mem", "comm", "copy")}
         self.kfn: dict[str, float] = {}
+        self.kfn_rank: dict[str, np.ndarray] = {}  # per-rank factors of a kernel (realistic MoE jitter)
         self.dl_extra = np.zeros(W)
         self.pcie_bw = np.full(W, PCIE_FULL)
         self.pcie_gen = np.full(W, 5, dtype=np.int64)
@@ -122,15 +124,22 @@ class Effects:
 
 
 class Simulation:
-    """Runs the model step by step; :meth:`steps` yields one record list per step."""
+    """Runs the model step by step; :meth:`steps` yields one record list per step.
 
-    def __init__(self, cfg: SimConfig):
+    ``variant`` overrides the model structure (the realistic profile's calibration
+    probe uses it); the realistic profile's nuisances live in ``self.fleet``
+    (:class:`.realistic.Fleet`), ``None`` for the default profile, whose output
+    none of the hooks below changes.
+    """
+
+    def __init__(self, cfg: SimConfig, variant: Variant | None = None):
         cfg.validate()
         self.cfg = cfg
         L = self.L = Layout(cfg)
-        self.prog = Program(cfg)
+        self.prog = Program(cfg, variant)
         W = self.W = L.world
-        self.P = float(cfg.sample_ms) * MS
+        self.fleet = Fleet(cfg, L, self.prog) if cfg.realistic else None
+        self.P = float(cfg.sample_period_ms) * MS
         self.job = cfg.job_id
         self.t0 = int(cfg.start_ns)
         seed = int(cfg.seed)
@@ -142,6 +151,17 @@ class Simulation:
         self.mem_base = srng.uniform(60.0, 66.0, W) * GiB
         self.node_cpu = srng.normal(0.0, 2.0, L.nodes)
         self.node_mem = srng.uniform(30.0, 45.0, L.nodes)
+        fl = self.fleet
+        if fl is not None:
+            self.speed = self.speed * fl.rank_speed()
+            self.prog.scale(fl.scale)
+        ga = fl.gpu_arrays() if fl is not None else {}
+        self.max_clock = ga.get("max_clock", np.full(W, MAX_CLOCK))
+        self.power_limit = ga.get("power_limit", np.full(W, POWER_LIMIT_W))
+        self.idle_w = ga.get("idle", np.full(W, IDLE_W))
+        self.power_scale = ga.get("power_scale", np.ones(W))
+        self.mem_total = ga.get("mem_total", np.full(W, MEM_TOTAL, dtype=np.int64))
+        self.temp_model = ga.get("temp_model", np.zeros(W))
         self.faults = [self._resolve(i, f) for i, f in enumerate(cfg.faults)]
         self.host = np.zeros(W)
         self.gpu = np.zeros(W)
@@ -309,16 +329,23 @@ class Simulation:
 
     def _dep(self, ch: int, idx, s, e, rate) -> None:
         """Queue a deposit: ``rate`` per ns over [s, e) into channel ``ch`` of rank/NIC ``idx``."""
-        self._deps.append((np.asarray(idx) + ch * self.W, np.asarray(s, float), np.asarray(e, float),
-                           np.broadcast_to(np.asarray(rate, float), np.shape(s))))
+        # flattened here (views), a scalar rate filled rather than broadcast: the hot path of long runs
+        s = np.asarray(s, float)
+        if np.ndim(rate) == 0:
+            r = np.full(s.size, float(rate))
+        else:
+            r = np.asarray(rate, float)
+            r = r.ravel() if r.shape == s.shape else np.broadcast_to(r, s.shape).ravel()
+        self._deps.append(((np.asarray(idx) + ch * self.W).ravel(), s.ravel(), np.asarray(e, float).ravel(), r))
 
     def _flush_deps(self) -> None:
         if not self._deps:
             return
-        col = np.concatenate([np.ravel(d[0]) for d in self._deps])
-        s = np.concatenate([np.ravel(d[1]) for d in self._deps])
-        e = np.concatenate([np.ravel(d[2]) for d in self._deps])
-        rate = np.concatenate([np.ravel(d[3]) for d in self._deps])
+        deps = self._deps
+        col = np.concatenate([d[0] for d in deps])
+        s = np.concatenate([d[1] for d in deps])
+        e = np.concatenate([d[2] for d in deps])
+        rate = np.concatenate([d[3] for d in deps])
         self._deps = []
         e = np.minimum(e, self.t_cut)
         ok = np.isfinite(s) & (e > s) & (rate != 0) & np.isfinite(rate)
@@ -388,6 +415,9 @@ class Simulation:
             f = E.kfn.get(op.fn)
             if f is not None:
                 d = d * f
+            fr = E.kfn_rank.get(op.fn)
+            if fr is not None:
+                d = d * fr[lo:hi]
             sp = self.spike
             if sp is not None and sp[1] == self.kcount and lo <= sp[0] < hi:
                 d[sp[0] - lo] *= sp[2]
@@ -582,6 +612,9 @@ class Simulation:
                          int(self.noise.integers(1 << 30)), float(self.noise.uniform(2.0, 4.0)))
         self.spike = (sr, so % self.n_kernel_calls, sm) if u < SPIKE_P else None
         log_ms = float(self.noise.uniform(100.0, 300.0))
+        if self.fleet is not None:
+            self.fleet.step_effects(k, E, W)
+            log_ms *= self.fleet.log_scale
         gcs = self._gc_pauses(E, k)
         open_ts = self.host.copy()
         fin = open_ts[np.isfinite(open_ts)]
@@ -627,8 +660,13 @@ class Simulation:
         durs = (close - open_ts)[np.isfinite(close)]
         if len(durs) == W:
             self.step_durs.append(float(np.median(durs)))
+        if self.fleet is not None:
+            self._between_steps(k)
 
     def _pipeline(self, gcs: dict) -> None:
+        if self.prog.schedule != "gpipe":
+            self._pipeline_1f1b(gcs)
+            return
         cfg, L, pr = self.cfg, self.L, self.prog
         pp, M = cfg.pp, cfg.mb
         p_open = self.host.copy()
@@ -655,15 +693,112 @@ class Simulation:
                     pend[("b", m, s)] = self._send(pr.send_b, s)
         self._emit(pr.pipe_frame, 0, self.W, p_open, self.host.copy())
 
+    def _pipeline_1f1b(self, gcs: dict) -> None:
+        """1F1B / interleaved 1F1B (realistic profile): each stage follows its schedule order.
+
+        Stages advance in turn as far as their next receive allows. Sends are
+        asynchronous (Megatron batches isend / irecv), so a sender's compute goes
+        on while its activation or gradient is in flight, and the schedule cannot
+        deadlock; a receive ends at max(send issued, receive posted) + transfer.
+        """
+        cfg, L, pr = self.cfg, self.L, self.prog
+        pp, M, v = cfg.pp, cfg.mb, pr.variant.chunks
+        p_open = self.host.copy()
+        orders = [schedule_order(pp, M, v, s) for s in range(pp)]
+        pos = [0] * pp
+        pend: dict = {}
+        left = sum(map(len, orders))
+        while left:
+            moved = False
+            for s in range(pp):
+                lo, hi = L.stage_slice(s)
+                while pos[s] < len(orders[s]):
+                    d, c, m = orders[s][pos[s]]
+                    fwd = d == "F"
+                    if fwd:
+                        src = (s - 1, c) if s > 0 else ((pp - 1, c - 1) if c > 0 else None)
+                    else:
+                        src = (s + 1, c) if s < pp - 1 else ((0, c + 1) if c < v - 1 else None)
+                    sop, rop = (pr.send_f, pr.recv_f) if fwd else (pr.send_b, pr.recv_b)
+                    if src is not None:
+                        key = (d, m) + src
+                        if key not in pend:
+                            break
+                        self._recv_async(sop, rop, src[0], s, pend.pop(key))
+                    ops = pr.fwd_chunks[s][c] if fwd else pr.bwd_chunks[s][c]
+                    base = sum(len(x) for x in pr.fwd_chunks[s][:c])
+                    for i, op in enumerate(ops):
+                        if fwd and m == 0 and (s, base + i) in gcs:
+                            self._pause(gcs[(s, base + i)])
+                        self._run(op, lo, hi, s)
+                    if (s < pp - 1 or c < v - 1) if fwd else (s > 0 or c > 0):
+                        pend[(d, m, s, c)] = self._send(sop, s)
+                    pos[s] += 1
+                    left -= 1
+                    moved = True
+            if not moved:  # pragma: no cover - the orders below are valid schedules
+                raise AssertionError(f"pipeline schedule stuck at {pos}")
+        self._emit(pr.pipe_frame, 0, self.W, p_open, self.host.copy())
+
+    def _recv_async(self, op_send: Op, op_recv: Op, src: int, dst: int, arr_s: np.ndarray) -> None:
+        """A pipeline transfer whose sender did not block (1F1B): only the receiver waits for it."""
+        L = self.L
+        slo, shi = L.stage_slice(src)
+        lo, hi = L.stage_slice(dst)
+        h = self._launch(op_recv, lo, hi)
+        arr_r = np.maximum(self.gpu[lo:hi], h)
+        a, b = np.arange(slo, shi), np.arange(lo, hi)
+        mult, stall = self._nic_instance()
+        bw, same, viapcie = self._hops(a, b, mult)
+        xs = np.maximum(arr_s, arr_r)
+        if stall is not None and stall.any():
+            st = np.where(same, 0.0, np.maximum(stall[a], stall[b]))
+            for j in np.nonzero(st > 0)[0]:
+                for i in (a[j], b[j]):
+                    if stall[i] > 0 and math.isfinite(xs[j]):
+                        self.flaps.append((int(i), float(xs[j]), float(xs[j] + stall[i])))
+            xs = xs + st
+        end = xs + op_send.nbytes / bw + np.where(same, A_INTRA, A_INTER)
+        self._traffic(a, b, same, viapcie, xs, end, float(op_send.nbytes))
+        self.gpu[lo:hi] = end
+        self._comm_busy(slo, shi, arr_s, end)
+        self._comm_busy(lo, hi, arr_r, end)
+        self._emit(op_send, slo, shi, arr_s, end, L.pp_group)
+        self._emit(op_recv, lo, hi, arr_r, end, L.pp_group)
+
+    def _between_steps(self, k: int) -> None:
+        """Realistic profile: a checkpoint and / or an evaluation after step ``k``, on every rank."""
+        fl, W, pr = self.fleet, self.W, self.prog
+        if fl is None or math.isfinite(self.t_cut) or not np.isfinite(self.host).all():
+            return
+        if fl.checkpoint_after(k):
+            start = np.maximum(self.host, self.gpu)
+            end = float((start + fl.checkpoint_ns(k, W)).max())  # every shard written, then a barrier
+            self._emit(pr.ckpt, 0, W, start, np.full(W, end))
+            self.host[:] = end
+            self.gpu[:] = end
+        if fl.eval_after(k):
+            L, pp = self.L, self.cfg.pp
+            for _ in range(fl.eval_batches):
+                e_open = self.host.copy()
+                arr = None
+                for s in range(pp):
+                    lo, hi = L.stage_slice(s)
+                    if s > 0:
+                        self._recv(pr.send_f, pr.recv_f, s - 1, s, arr)
+                    for op in pr.fwd[s]:
+                        self._run(op, lo, hi, s)
+                    if s < pp - 1:
+                        arr = self._send(pr.send_f, s)
+                self.host = np.maximum(self.host, self.gpu)  # the batch's loss / metrics read back: a sync
+                self._emit(pr.eval_frame, 0, W, e_open, self.host.copy())
+            if pr.world_ar is not None:  # the eval metrics averaged over every rank: all leave eval together
+                self._collective(pr.world_ar, 0, W, None)
+                self.host = np.maximum(self.host, self.gpu)
+
     # ------------------------------------------------------------- records
     def _prep_templates(self) -> None:
-        pr = self.prog
-        ops = [pr.train_step, pr.log, pr.gc, pr.dataloader, pr.h2d, pr.fwd_frame, pr.bwd_frame, pr.pipe_frame,
-               pr.send_f, pr.recv_f, pr.clip_frame, pr.l2norm, pr.opt_frame, pr.adam, pr.d2h]
-        ops += [o for o in (pr.rs, pr.ag, pr.world_ar) if o is not None]
-        for lst in pr.fwd + pr.bwd:
-            ops += lst
-        for o in ops:
+        for o in self.prog.all_ops():
             t: dict[str, Any] = {}
             if o.tag in ("memcpy", "coll", "send", "recv"):
                 t["bytes"] = o.nbytes
@@ -749,28 +884,30 @@ class Simulation:
         busy = np.clip(ch[BUSY], 0.0, 1.0)
         util = np.clip(100.0 * busy + c.normal(0.0, 0.5, W), 0.0, 100.0)
         memu = np.clip(100.0 * ch[MEMACT] + c.normal(0.0, 0.4, W), 0.0, 100.0)
-        extra = ch[POWER].copy()
-        clock = np.where(c.random(W) < 0.04, MAX_CLOCK - 15.0, MAX_CLOCK)
+        # per-rank model constants (all the engine's defaults but under the realistic profile's two models)
+        maxc, plim, idle = self.max_clock, self.power_limit, self.idle_w
+        extra = ch[POWER] * self.power_scale
+        clock = np.where(c.random(W) < 0.04, maxc - 15.0, maxc)
         reasons = np.zeros(W, dtype=np.int64)
         hot = np.zeros(W)
         for r, fac, reason in E.throttle:
-            clock[r] = round(MAX_CLOCK / fac / 15.0) * 15.0 + 15.0 * int(c.integers(-1, 2))
+            clock[r] = round(maxc[r] / fac / 15.0) * 15.0 + 15.0 * int(c.integers(-1, 2))
             if reason == "thermal":
                 reasons[r] = 0x20 | (0x40 if c.random() < 0.5 else 0)
                 extra[r] *= fac ** -1.5
                 hot[r] = 88.5 + c.normal(0.0, 0.8)
             else:
                 reasons[r] = 0x4
-                extra[r] = busy[r] * (POWER_LIMIT_W - IDLE_W - 4.0)
-        power = np.clip(IDLE_W + extra + c.normal(0.0, 3.0, W), 60.0, POWER_LIMIT_W + 2.0)
-        target = 33.0 + 0.055 * power + self.temp_off
+                extra[r] = busy[r] * (plim[r] - idle[r] - 4.0)
+        power = np.clip(idle + extra + c.normal(0.0, 3.0, W), idle - 25.0, plim + 2.0)
+        target = 33.0 + 0.055 * power + self.temp_off + self.temp_model
         target = np.where(hot > 0, hot, target)
         self.temp = target.copy() if self.temp is None else self.temp + 0.35 * (target - self.temp)
         temp = self.temp + c.normal(0.0, 0.3, W)
         mem_used = self.mem_base + c.normal(0.0, 0.15, W) * GiB
         for r in E.mem_pressure:
-            mem_used[r] = MEM_TOTAL - c.uniform(150.0, 400.0) * (1 << 20)
-        mem_used = np.minimum(mem_used, MEM_TOTAL).astype(np.int64)
+            mem_used[r] = self.mem_total[r] - c.uniform(150.0, 400.0) * (1 << 20)
+        mem_used = np.minimum(mem_used, self.mem_total).astype(np.int64)
         bg = c.uniform(1.0e6, 4.0e6, (2, W))
         pcie_tx = ch[PCIE_TX] * 1e9 + bg[0]
         pcie_rx = ch[PCIE_RX] * 1e9 + bg[1]
@@ -781,14 +918,14 @@ class Simulation:
                    clock.tolist(), np.round(power, 1).tolist(), np.round(temp, 1).tolist(), reasons.tolist(),
                    E.pcie_gen.tolist(), E.pcie_width.tolist(), np.round(pcie_tx).tolist(),
                    np.round(pcie_rx).tolist(), np.round(nvl_tx).tolist(), np.round(nvl_rx).tolist(),
-                   self.ecc.tolist(), mem_used.tolist())
+                   self.ecc.tolist(), mem_used.tolist(), maxc.tolist(), plim.tolist(), self.mem_total.tolist())
         out.extend([{"type": "gpu", "job": job, "node": nn[r], "rank": r, "gpu": g, "ts_ns": ts,
-                     "sm_util_pct": u, "mem_util_pct": mu, "sm_clock_mhz": ck, "max_sm_clock_mhz": MAX_CLOCK,
-                     "power_w": pw, "power_limit_w": POWER_LIMIT_W, "temp_c": tc, "throttle_reasons": rs,
+                     "sm_util_pct": u, "mem_util_pct": mu, "sm_clock_mhz": ck, "max_sm_clock_mhz": mc,
+                     "power_w": pw, "power_limit_w": pl, "temp_c": tc, "throttle_reasons": rs,
                      "pcie_gen": pg, "max_pcie_gen": 5, "pcie_width": pwd, "max_pcie_width": 16,
                      "pcie_tx_Bps": ptx, "pcie_rx_Bps": prx, "nvlink_tx_Bps": ntx, "nvlink_rx_Bps": nrx,
-                     "ecc_uncorrected": ec, "xid": 0, "mem_used_bytes": mem, "mem_total_bytes": MEM_TOTAL}
-                    for r, g, u, mu, ck, pw, tc, rs, pg, pwd, ptx, prx, ntx, nrx, ec, mem in rows])
+                     "ecc_uncorrected": ec, "xid": 0, "mem_used_bytes": mem, "mem_total_bytes": mt}
+                    for r, g, u, mu, ck, pw, tc, rs, pg, pwd, ptx, prx, ntx, nrx, ec, mem, mc, pl, mt in rows])
         # NICs (index = node * gpus + rail)
         txb = ch[NIC_TX] * P  # bytes in the period
         cum = self.cum
@@ -845,7 +982,14 @@ class Simulation:
                 "dp": L.dp, "tp": L.tp, "pp": L.pp}
 
     def steps(self, build: bool = True) -> Iterator[list[dict]]:
-        """Run the job; yield each step's records (fn + counter samples), sorted by ``ts_ns``."""
+        """Run the job; yield each step's records (fn + counter samples), sorted by ``ts_ns``.
+
+        Under the realistic profile records are always built (the record-level
+        nuisances decide what is written, so only building can count it), fn
+        records only for the steps the tracer samples (in-flight ones always).
+        """
+        fl = self.fleet
+        build = build or fl is not None
         first = True
         for k in range(self.cfg.steps):
             self._emits, self._deps = [], []
@@ -862,15 +1006,25 @@ class Simulation:
                 cur = np.minimum(self.host, self.gpu)
                 cur = cur[np.isfinite(cur)]
                 horizon = min(float(cur.min()) if len(cur) else self.t_cut, self.t_cut)
-            recs = self._build(k) if build else []
+            if fl is None or fl.traced(k):
+                recs = self._build(k) if build else []
+            elif math.isfinite(self.t_cut):
+                recs = [r for r in self._build(k) if r.get("in_flight")]  # the hang dump
+            else:
+                recs = []
             nfn = len(recs) if build else self._count()
             wins, nwin = self._windows(horizon, build)
             if build:
                 recs.extend(wins)
+                if fl is not None:
+                    recs = fl.transform(recs)
                 recs.sort(key=_ts)
                 if first:
                     recs.insert(0, self.job_record())
-            self.records += nfn + nwin + (1 if first else 0)
+            if fl is not None:
+                self.records += len(recs)
+            else:
+                self.records += nfn + nwin + (1 if first else 0)
             first = False
             self.end_time = horizon
             self._prune()
@@ -902,7 +1056,7 @@ class Simulation:
                 entry[key] = sorted(v) if isinstance(v, set) else v
             faults.append(entry)
         starts = [self.t0 + int(round(s)) for s in self.step_starts if math.isfinite(s)]
-        return {
+        t = {
             "job": self.job,
             "seed": cfg.seed,
             "layout": {"nodes": L.nodes, "gpus": L.gpus, "tp": L.tp, "pp": L.pp, "dp": L.dp,
@@ -920,7 +1074,39 @@ class Simulation:
                       "spikes": self.spikes, "jitter_sigma": 0.02},
             "records": self.records,
         }
+        if self.fleet is not None:
+            t["profile"] = cfg.profile
+            t["nuisances"] = self.fleet.describe()
+        return t
 
 
 def _ts(r: dict) -> int:
     return r["ts_ns"]
+
+
+def schedule_order(pp: int, M: int, v: int, s: int) -> list[tuple[str, int, int]]:
+    """Stage ``s``'s order of (F|B, model chunk, microbatch) under 1F1B (``v`` = 1) or interleaved 1F1B.
+
+    Megatron's schedules: warm-up forwards (pp - s - 1, or 2 (pp - s - 1) +
+    (v - 1) pp interleaved), then one forward / one backward, then the
+    remaining backwards. Interleaved, the k-th forward of a stage runs chunk
+    (k // pp) % v of microbatch (k // (pp v)) pp + k % pp; backwards visit
+    the chunks in reverse.
+    """
+    if v == 1:
+        F = [("F", 0, m) for m in range(M)]
+        B = [("B", 0, m) for m in range(M)]
+        warm = min(pp - s - 1, M)
+    else:
+        total = M * v
+
+        def mb(k: int) -> int:
+            return (k // (pp * v)) * pp + k % pp
+
+        F = [("F", (k // pp) % v, mb(k)) for k in range(total)]
+        B = [("B", v - 1 - (k // pp) % v, mb(k)) for k in range(total)]
+        warm = min((pp - s - 1) * 2 + (v - 1) * pp, total)
+    order = F[:warm]
+    for i in range(len(F) - warm):
+        order += [F[warm + i], B[i]]
+    return order + B[len(F) - warm:]
