@@ -209,7 +209,7 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             mem_excess = sum(c.excess for c in mine if not attr.is_compute_bound(p.fn_names[c.fn]))
             component, why = attr.kernel_component(
                 counters, rank, mem_excess / max(excess[cat], 1.0),
-                role_ratio(p, members, compute, slot) if compute.size else None)
+                role_ratio(p, members, compute, slot) if compute.size else None, peers=peers)
             evidence.update(attr.gpu_evidence(counters, rank, peers))
             what = "kernels"
         elif cat == "memcpy":
