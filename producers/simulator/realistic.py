@@ -207,10 +207,6 @@ class Plan:
         """Microbatches per step of a pipelined job (a multiple of pp, as the interleaved schedule needs)."""
         return pp * self.mb_mult
 
-    @property
-    def duration_s(self) -> float:
-        return self.steps * self.step_s
-
 
 def _sample_s(step_s: float) -> float:
     return float(min(SAMPLE_RANGE_S[1], max(SAMPLE_RANGE_S[0], step_s / SAMPLES_PER_STEP)))

@@ -156,7 +156,9 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory) -> dict[s
         f.evidence["persistence"] = {"consecutive_windows": n}
         if f.kind == "hang":
             continue
-        if n < PERSIST_WINDOWS and f.confidence < OVERWHELMING:
+        # The job's first window holds its warm-up (compilation, autotuning, NCCL
+        # set-up), which no later window repeats: nothing there is overwhelming.
+        if n < PERSIST_WINDOWS and (f.confidence < OVERWHELMING or history.windows == 0):
             f.confidence = min(f.confidence, UNCONFIRMED_CAP)
         elif n >= PERSIST_WINDOWS:
             f.confidence = round(float(min(0.99, 1.0 - (1.0 - f.confidence) ** min(n, 3))), 3)
