@@ -84,7 +84,8 @@ def summarise_gpu(gpu: Columns) -> tuple[dict[int, dict[str, float]], dict[int, 
     nv_has = ~(np.isnan(a["nvlink_tx_Bps"]) & np.isnan(a["nvlink_rx_Bps"]))
     nv = np.nan_to_num(a["nvlink_tx_Bps"]) + np.nan_to_num(a["nvlink_rx_Bps"])
     nv_cnt = np.bincount(ids, weights=nv_has.astype(float), minlength=n)
-    nv_mean = np.bincount(ids, weights=np.where(nv_has, nv, 0.0), minlength=n) / np.maximum(nv_cnt, 1)
+    o = np.lexsort((nv, ids))  # summed in a fixed order: the same bits in any record order
+    nv_mean = np.bincount(ids[o], weights=np.where(nv_has, nv, 0.0)[o], minlength=n) / np.maximum(nv_cnt, 1)
     nv_mean[nv_cnt == 0] = np.nan
     ecc = _increase(ids, n, a["ecc_uncorrected"], a["ts_ns"])
     xid = group_max(ids, np.nan_to_num(a["xid"]), n)
@@ -115,9 +116,12 @@ def summarise_nic(nic: Columns) -> dict[tuple[str, str], dict[str, float]]:
     med = _medians(ids, n, nic, ("tx_Bps", "rx_Bps", "link_gbps"))
     tput = np.nan_to_num(a["tx_Bps"]) + np.nan_to_num(a["rx_Bps"])
     has_t = ~(np.isnan(a["tx_Bps"]) & np.isnan(a["rx_Bps"]))
-    cnt = np.bincount(ids, weights=has_t.astype(float), minlength=n)
-    mean = np.bincount(ids, weights=np.where(has_t, tput, 0), minlength=n) / np.maximum(cnt, 1)
-    sq = np.bincount(ids, weights=np.where(has_t, tput ** 2, 0), minlength=n) / np.maximum(cnt, 1)
+    # Float sums in a fixed order (by port, then value), never in record order: the
+    # same samples in another order must give the same bits (stable verdicts).
+    o = np.lexsort((tput, ids))
+    cnt = np.bincount(ids[o], weights=has_t[o].astype(float), minlength=n)
+    mean = np.bincount(ids[o], weights=np.where(has_t, tput, 0)[o], minlength=n) / np.maximum(cnt, 1)
+    sq = np.bincount(ids[o], weights=np.where(has_t, tput ** 2, 0)[o], minlength=n) / np.maximum(cnt, 1)
     cv = np.sqrt(np.maximum(sq - mean ** 2, 0)) / np.maximum(mean, 1e-9)
     zero_share = np.bincount(ids, weights=(has_t & (tput <= 0)).astype(float), minlength=n) / np.maximum(cnt, 1)
     down = group_min(ids, np.where(np.isnan(a["link_up"]), 1.0, a["link_up"]), n)
