@@ -414,3 +414,25 @@ def test_every_split_covers_each_line_once() -> None:
     for how in ("rank", "type", "random"):
         idx = sorted(itertools.chain.from_iterable(_split(run, how, 3, 7)))
         assert idx == list(range(10))
+
+
+# --- a realistic fleet: long steps that span windows, nuisances, two faults ---------------------------
+
+@pytest.fixture(scope="module")
+def realistic_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """Seed 6 of the realistic profile draws ~10 s steps: job windows span several time
+    windows, so steps cut by window edges are carried and summed in both paths."""
+    path = tmp_path_factory.mktemp("determinism-realistic") / "realistic.jsonl"
+    cfg = SimConfig(nodes=4, gpus=4, profile="realistic", seed=6, job="det-realistic",
+                    faults=["gpu_throttle:rank=6", "nic:node=node-2,nic=1"])
+    write_jsonl(cfg, path, truth_path=False)
+    return _load("realistic", path)
+
+
+def test_realistic_multi_fault_run_streams_to_the_ids_of_analyze(realistic_run: Run) -> None:
+    run = realistic_run
+    found = {(k[0], k[2], k[3]) for k in run.reference.values()}
+    assert ("gpu", "node-1", 6) in found and ("nic", "node-2", -1) in found, found
+    for partitions, frame_records, seed in ((1, 1000, 0), (3, 300, 1), (5, 100, 2)):
+        _same(run.reference, _stream(run, partitions, frame_records, 8192, seed),
+              f"realistic over {partitions} partition(s)")
