@@ -220,7 +220,8 @@ def _counter_rows(windows: Sequence[WindowResult], rank: int | None, node: str |
             if n != node:
                 continue
             for group, key, label, unit in NIC_COUNTERS:
-                others = [_median(v[key]) for (n2, _x), v in per_nic.items() if n2 != node and v.get(key)]
+                # the same port on the other nodes (a rail with its rail, eth0 with eth0)
+                others = [_median(v[key]) for (n2, x), v in per_nic.items() if n2 != node and x == nic and v.get(key)]
                 culprit = _median(vals.get(key, []))
                 if culprit is None:
                     continue
