@@ -64,7 +64,8 @@ def _job(slow_rank: int | None = None, factor: float = 1.5, loader_node: str | N
         arrivals = {}
         for r in range(ranks):
             node = f"n{r // per_node}"
-            load = 20 * MS * (4.0 if loader_node == node else 1.0)
+            # a prefetched batch is a queue pop (2 ms); a starved loader stalls the step (80 ms)
+            load = (80 if loader_node == node else 2) * MS
             k = 100 * MS * (factor if r == slow_rank else 1.0) * rng.uniform(0.99, 1.01)
             fns.append(FnRecord(job="j", node=node, rank=r, step=step, fn="DataLoader.__next__",
                                 kind="dataloader", ts_ns=t, dur_ns=int(load)))

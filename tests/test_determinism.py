@@ -372,7 +372,8 @@ def _hang_records(rank0_dumped: bool) -> list[dict]:
             base = dict(type="fn", job="tie", node=node, rank=r, step=s)
             out += [
                 {**base, "fn": "train_step", "kind": "python", "ts_ns": t, "dur_ns": _S},
-                {**base, "fn": "gemm", "kind": "kernel", "ts_ns": t + _S // 10, "dur_ns": _S // 2},
+                # the GPU busy from the step's start: the host holds only the optimizer's 10%
+                {**base, "fn": "gemm", "kind": "kernel", "ts_ns": t, "dur_ns": 6 * _S // 10},
                 {**base, "fn": "allreduce", "kind": "collective", "op": "all_reduce", "group": "world",
                  "ts_ns": t + 6 * _S // 10, "dur_ns": 3 * _S // 10, "bytes": 1 << 20},
                 # ends with its enclosing step frame, at the same instant

@@ -36,7 +36,7 @@ from .steps import assemble
 from .layout import Layout, infer_layout
 from .link_findings import link_findings
 from .links import nic_anomalies
-from .patterns import K_KERNEL, Patterns, build_patterns
+from .patterns import K_KERNEL, K_MEMCPY, Patterns, build_patterns
 from .peers import Cell, abnormal_cells, category_of, role_ratio
 from .summarise import digest_window
 from .windows import JobWindow
@@ -109,11 +109,35 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
         findings += expected_findings(p, layout, counters, coll, anomalies, step_ns)
         findings += regression_findings(p, history, step_ns)
         _assign_victims(findings, p, coll, step_ns)
+        findings = _drop_explained(findings, p)
     findings = _one_per_culprit(findings)
     streak = _stabilise(findings, d.job, history)
     regressed = {f.fn for f in findings if f.component == "software"}
     new_history = with_window(history, p if enough else None, d.start_ns, streak, regressed)
     return [to_verdict(f, d.job, d.start_ns, d.end_ns, detected_at_ns) for f in findings], new_history
+
+
+EXPLAINS_SHARE = 0.5  # a culprit that half the job waits for sets the pace of the whole job
+
+
+def _drop_explained(findings: list[Finding], p: Patterns) -> list[Finding]:
+    """Job-wide host symptoms that a named cause already explains are not a second finding.
+
+    Ranks waiting for a straggler (or for collectives slowed by a misconfigured
+    NCCL) sit idle in their outer Python frames: the job-wide host-Python share
+    and the history of those enclosing frames rise with it. With such a cause
+    named in the same window they are its symptoms (culprit, not victims).
+    Kernel and copy regressions are the GPU's own work and always stay.
+    """
+    paced = any(f.kind == "slow" and f.scope in ("rank", "node") and len(f.victims) >= EXPLAINS_SHARE * p.ranks.size
+                for f in findings) or any(f.component == "config" for f in findings)
+    if not paced:
+        return findings
+    kind_of = dict(zip(p.fn_names, p.fn_kinds.tolist()))
+    own_work = (K_KERNEL, K_MEMCPY)
+    return [f for f in findings if not (
+        f.scope == "job" and ((f.component == "python" and "python_beta" in f.evidence)
+                              or (f.component == "software" and kind_of.get(f.fn) not in own_work)))]
 
 
 def _canonical(c: CounterSummary) -> CounterSummary:
@@ -197,7 +221,8 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         members = roles[int(role_of[slot])]
         peers = [int(p.ranks[m]) for m in members if m != slot]
         top = max(mine, key=lambda c: c.excess)
-        slowdown = sum(c.value for c in mine) / max(sum(c.peer_median for c in mine), 1.0)
+        # peers that spend ~nothing in these functions: the same 0.1%-of-a-step floor as the peer test
+        slowdown = sum(c.value for c in mine) / max(sum(c.peer_median for c in mine), 0.001 * step_ns * len(mine))
         score = max(c.z for c in mine)
         evidence = {
             p.fn_names[c.fn]: {"culprit_ns_per_step": round(c.value), "peer_median_ns_per_step": round(c.peer_median),
@@ -246,6 +271,14 @@ def _merge_nodes(findings: list[Finding], layout: Layout, p: Patterns) -> list[F
         node_ranks = layout.node_ranks(node, p.ranks)
         if node and len(node_ranks) >= 2 and len(fs) == len(node_ranks):
             best = max(fs, key=lambda f: f.score)
+            if component == "python":
+                # Every rank of one node runs the same Python code slower than the other
+                # nodes do: the code is the same everywhere, so the node's host is the
+                # cause (contention, CPU frequency), even where its CPU counters are
+                # missing or do not read saturated.
+                component = "host_cpu"
+                best.summary = best.summary.replace("host-side Python code slower than on peers",
+                                                    "host-side code slower on every rank of this node", 1)
             culprits = sorted(f.rank for f in fs)
             peers = sorted(set().union(*[set(f.peers) for f in fs]) - set(culprits))
             out.append(Finding(

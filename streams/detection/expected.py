@@ -89,6 +89,7 @@ def expected_findings(p: Patterns, layout: Layout, counters: CounterSummary, col
 PAUSE_COST = 0.05     # pauses cost the job >= 5% of a step on average
 PAUSE_RANKS = 3       # ... spread over at least 3 ranks
 PAUSE_TOP_SHARE = 0.5  # ... none of which holds half of it (that would be one rank's problem)
+PAUSE_EXCLUSIVE = 0.5  # ... and spent mostly in the function itself, not in GPU work it encloses
 
 
 def pause_findings(p: Patterns, step_ns: float) -> list[Finding]:
@@ -112,7 +113,12 @@ def pause_findings(p: Patterns, step_ns: float) -> list[Finding]:
         long = np.nanmedian(p.median_ns[ran, f]) >= PAUSE_COST * step_ns
         totals = np.nan_to_num(p.excl_ns[ran, f])
         share = totals.sum() / steps / step_ns
-        if not (sporadic and long) or share < PAUSE_COST or totals.max() > PAUSE_TOP_SHARE * totals.sum():
+        # A pause holds the critical path itself (the host does nothing the GPU could
+        # overlap): most of each call is its own exclusive time. A frame that encloses
+        # GPU work (an evaluation pass, a step wrapper) only waits for it.
+        per_call_excl = np.nanmedian(p.excl_ns[ran, f] / np.maximum(p.count[ran, f], 1))
+        holds = per_call_excl >= PAUSE_EXCLUSIVE * np.nanmedian(p.median_ns[ran, f])
+        if not (sporadic and long and holds) or share < PAUSE_COST or totals.max() > PAUSE_TOP_SHARE * totals.sum():
             continue
         out.append(Finding(
             kind="slow", component="python", scope="job", fn=p.fn_names[f],

@@ -62,7 +62,7 @@ class Patterns:
     p99_ns: np.ndarray
     per_step_ns: np.ndarray      # (R, F) median over steps of the per-step cost
     low_ns: np.ndarray           # (R, F) low quantile over steps of the per-step cost (best steady level)
-    beta: np.ndarray             # (R, F) share of the window on the critical path
+    beta: np.ndarray             # (R, F) share of the rank's step time on the critical path
     steps: np.ndarray            # (R,) distinct steps seen
     step_time_ns: np.ndarray     # (R,) median step span
     window_ns: int
@@ -201,6 +201,11 @@ def build_patterns(d: WindowDigest) -> Patterns:
     r_w = np.asarray(r.steps, dtype=np.float64)
     steps = np.bincount(r_slot, weights=r_w, minlength=n_r).astype(np.int64)
     step_time = group_weighted_median(r_slot, np.asarray(r.step_time_ns, dtype=np.float64), r_w, n_r)
+    # Time the rank's recorded steps took: the denominator of beta. Not the window's
+    # length: a collector may trace one step in N (sampled tracing), and checkpoints
+    # or evaluations between steps are not training time either.
+    busy = np.bincount(r_slot, weights=r_w * np.nan_to_num(np.asarray(r.step_time_ns, dtype=np.float64)),
+                       minlength=n_r)
     f = d.fns
     # Functions in sorted (name, stack) order, never in row order: rows arrive in
     # whatever order partitions were merged, and every later tie (max over
@@ -247,7 +252,7 @@ def build_patterns(d: WindowDigest) -> Patterns:
         ranks=ranks, fn_names=[k[0] for k in keys], fn_stacks=[k[1] for k in keys], fn_kinds=kinds,
         count=count, total_ns=total, excl_ns=excl, median_ns=wmedian(f.median_ns),
         p90_ns=wmedian(f.p90_ns), p99_ns=p99, per_step_ns=per_step, low_ns=low,
-        beta=excl / float(window_ns), steps=steps, step_time_ns=step_time, window_ns=window_ns,
+        beta=excl / np.where(busy > 0, busy, float(window_ns))[:, None], steps=steps, step_time_ns=step_time, window_ns=window_ns,
     )
 
 
