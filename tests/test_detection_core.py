@@ -55,7 +55,8 @@ def test_group_quantiles():
 
 
 def _job(slow_rank: int | None = None, factor: float = 1.5, loader_node: str | None = None,
-         ranks: int = 8, per_node: int = 4, steps: int = 10, throttle: bool = True):
+         ranks: int = 8, per_node: int = 4, steps: int = 10, throttle: bool = True,
+         model: dict[str, tuple[float, float]] | None = None):
     """A lock-step job: loader, GEMM, all-reduce over all ranks, per step."""
     rng = np.random.default_rng(0)
     fns, gpus, hosts = [], [], []
@@ -66,7 +67,8 @@ def _job(slow_rank: int | None = None, factor: float = 1.5, loader_node: str | N
             node = f"n{r // per_node}"
             # a prefetched batch is a queue pop (2 ms); a starved loader stalls the step (80 ms)
             load = (80 if loader_node == node else 2) * MS
-            k = 100 * MS * (factor if r == slow_rank else 1.0) * rng.uniform(0.99, 1.01)
+            speed, ceiling = (model or {}).get(node, (1.0, 1980.0))  # a node's GPU model: speed, max clock
+            k = 100 * MS * (factor if r == slow_rank else 1.0) * rng.uniform(0.99, 1.01) / speed
             fns.append(FnRecord(job="j", node=node, rank=r, step=step, fn="DataLoader.__next__",
                                 kind="dataloader", ts_ns=t, dur_ns=int(load)))
             fns.append(FnRecord(job="j", node=node, rank=r, step=step, fn="sm90_xmma_gemm", kind="kernel",
@@ -78,8 +80,9 @@ def _job(slow_rank: int | None = None, factor: float = 1.5, loader_node: str | N
                                 kind="collective", ts_ns=a, dur_ns=end - a, op="all_reduce", group="dp",
                                 bytes=1 << 28))
             throttled = throttle and r == slow_rank
+            _, ceiling = (model or {}).get(f"n{r // per_node}", (1.0, 1980.0))
             gpus.append(GpuRecord(job="j", node=f"n{r // per_node}", rank=r, gpu=r % per_node, ts_ns=t,
-                                  sm_clock_mhz=1400.0 if throttled else 1980.0, max_sm_clock_mhz=1980.0,
+                                  sm_clock_mhz=1400.0 if throttled else ceiling, max_sm_clock_mhz=ceiling,
                                   throttle_reasons=0x20 if throttled else 0))
         for n in range(ranks // per_node):
             hosts.append(HostRecord(job="j", node=f"n{n}", ts_ns=t, cpu_util_pct=30.0, iowait_pct=1.0))
@@ -90,6 +93,12 @@ def _job(slow_rank: int | None = None, factor: float = 1.5, loader_node: str | N
 
 def test_healthy_job_has_no_verdict():
     assert detect_window(_job()) == []
+
+
+def test_two_gpu_models_in_one_job_raise_no_alarm_by_themselves():
+    """Node n1 carries a GPU model with a lower clock ceiling whose kernels run 12% slower."""
+    job = _job(ranks=16, per_node=4, model={"n1": (1 / 1.12, 1755.0)})
+    assert [(v.component, v.node, v.rank) for v in detect_window(job)] == []
 
 
 def test_throttled_gpu_is_named_and_victims_are_not():

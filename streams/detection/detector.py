@@ -193,7 +193,7 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory) -> dict[s
 
 def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
                   step_ns: float) -> list[Finding]:
-    roles = layout.peer_groups(p.ranks)
+    roles = _by_gpu_class(layout.peer_groups(p.ranks), p, counters)
     role_of = np.zeros(p.ranks.size, dtype=np.int64)
     for s, members in roles.items():
         role_of[members] = s
@@ -259,6 +259,24 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             summary=f"{why}; its {what} run {slowdown:.2f}x slower than {len(peers)} peers",
         ))
     return _merge_nodes(per_rank, layout, p)
+
+
+def _by_gpu_class(roles: dict[int, np.ndarray], p: Patterns, counters: CounterSummary) -> dict[int, np.ndarray]:
+    """Roles split by GPU class (model / clock ceiling): a slower GPU model is no straggler.
+
+    Mixed node types in one job must not raise alarms by themselves: ranks
+    are compared only with ranks whose GPUs share their ceilings. A class too
+    small for the peer test is not compared at all rather than with the others.
+    """
+    classes = attr.gpu_classes(counters, [int(r) for r in p.ranks])
+    if len(set(classes.values())) <= 1:
+        return roles
+    cls = np.array([classes.get(int(r), -1) for r in p.ranks])
+    out: dict[int, np.ndarray] = {}
+    for _, members in sorted(roles.items()):
+        for c in np.unique(cls[members]):
+            out[len(out)] = members[cls[members] == c]
+    return out
 
 
 def _merge_nodes(findings: list[Finding], layout: Layout, p: Patterns) -> list[Finding]:
