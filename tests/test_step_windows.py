@@ -103,3 +103,25 @@ def test_node_clock_offsets_change_no_finding(tmp_path):
         return {(v.component, v.scope, v.node, v.rank) for v in analyze(read_batches(p), W) if v.confidence >= 0.5}
 
     assert findings(path) == findings(shifted) == {("gpu", "rank", "node-1", 6)}
+
+
+def test_a_rank_that_stops_reporting_holds_nothing_back(tmp_path):
+    """Rank 3's collector dies after 10 s: the others' job windows still close, and what is
+    carried from one job window to the next stays bounded."""
+    path = tmp_path / "run.jsonl"
+    write_jsonl(SimConfig(nodes=2, gpus=4, steps=400, seed=9, faults=["gpu_throttle:rank=5"]), path,
+                truth_path=False)
+    dec, enc = msgspec.json.Decoder(), msgspec.json.Encoder()
+    cut_path = tmp_path / "dead.jsonl"
+    lines = path.read_bytes().splitlines()
+    t0 = min(dec.decode(ln).get("ts_ns", 1 << 62) for ln in lines)
+    with cut_path.open("wb") as out:
+        for ln in lines:
+            r = dec.decode(ln)
+            if r.get("rank") == 3 and r.get("ts_ns", 0) > t0 + 10 * 10**9:
+                continue
+            out.write(enc.encode(r) + b"\n")
+    verdicts = list(analyze(read_batches(cut_path), W))
+    late = [v for v in verdicts if v.window_start_ns > t0 + 150 * 10**9]
+    assert any(v.component == "gpu" and v.rank == 5 for v in late), "no job window closed after rank 3 died"
+    assert max(v.window_end_ns - v.window_start_ns for v in verdicts) <= 8 * W

@@ -46,6 +46,9 @@ MIN_WINDOW_STEPS = 3
 # what it has, so the hang test and the job's counters are not held back for
 # ever. 16 windows of the default 30 s = 8 min, over two 3-minute steps.
 MAX_PENDING_WINDOWS = 16
+# A rank silent for this many time windows (2 min at the default 30 s: longer than
+# any single operation of a healthy step) no longer holds the cut back.
+LIVE_WINDOWS = 4
 
 
 def _rows(parts: Sequence[msgspec.Struct], cls: type) -> msgspec.Struct:
@@ -110,10 +113,24 @@ def latest_steps(d: WindowDigest) -> dict[int, int]:
     return out
 
 
-def cut_of(d: WindowDigest) -> int:
-    """Steps below the cut are complete on every rank (every rank has started a later one)."""
+def cut_of(d: WindowDigest, live: set[int] | None = None) -> int:
+    """Steps below the cut are complete on every (live) rank: each has started a later one."""
     latest = latest_steps(d)
+    if live is not None:
+        latest = {r: s for r, s in latest.items() if r in live} or latest
     return min(latest.values()) if latest else -1
+
+
+def live_ranks(pending: Sequence[WindowDigest]) -> set[int] | None:
+    """Ranks that reported in the last :data:`LIVE_WINDOWS` time windows (None: too few windows to tell).
+
+    A rank whose collector died must not hold every other rank's steps back
+    (nor make the carried rows grow without bound); a rank inside one long
+    operation still reports within a few windows.
+    """
+    if len(pending) < LIVE_WINDOWS:
+        return None
+    return {r for d in pending[-LIVE_WINDOWS:] for r in d.ranks.rank}
 
 
 def complete_steps(d: WindowDigest, cut: int) -> dict[int, int]:
@@ -244,11 +261,14 @@ def assemble(pending: Sequence[WindowDigest], carry: WindowDigest | None,
     parts = ([carry] if carry is not None else []) + list(pending)
     whole = concat(parts, pending[0].start_ns, pending[-1].end_ns)
     hung = bool(whole.in_flight.rank)
+    live = live_ranks(pending)
     if final or hung or len(pending) >= MAX_PENDING_WINDOWS:
-        done, rest = split_at_cut(whole, None if (final or hung) else cut_of(whole))
+        done, rest = split_at_cut(whole, None if (final or hung) else cut_of(whole, live))
         return done, (rest if rest.ranks.rank or rest.fns.rank or rest.colls.rank else None)
-    cut = cut_of(whole)
+    cut = cut_of(whole, live)
     held = complete_steps(whole, cut)
+    if live is not None:
+        held = {r: n for r, n in held.items() if r in live} or held
     if not held or min(held.values()) < MIN_WINDOW_STEPS:
         return None, carry
     done, rest = split_at_cut(whole, cut)
