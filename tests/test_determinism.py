@@ -18,7 +18,6 @@ cores (``PartitionSummariser``, ``DetectorCore``) fed as ``replay`` would.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import random
 import zlib
@@ -35,7 +34,7 @@ from hypothesis import strategies as st
 
 from eroica.models.columns import from_records
 from eroica.models.frames import EndOfStream, encode_end_of_stream, encode_frame, encode_job
-from eroica.models.reader import Batch, read_batches
+from eroica.models.reader import Batch, read_batches, read_merged
 from eroica.models.records import FnRecord
 from eroica.models.verdict import decode_verdict
 from eroica.producers.kafka.framing import FrameAccumulator, frame_key
@@ -196,23 +195,8 @@ def _split(run: Run, how: str, files: int, seed: int) -> list[list[int]]:
 
 
 def _merged_by_time(paths: list[Path], batch_records: int) -> Iterator[Batch]:
-    """Several inputs read side by side, the batch with the oldest record first (a k-way merge)."""
-    def first_ts(b: Batch) -> int:
-        return min((int(c.arrays["ts_ns"].min()) for c in b.columns.values() if len(c)), default=-1)
-
-    its = [read_batches(p, batch_records=batch_records) for p in paths]
-    heap = []
-    for i, it in enumerate(its):
-        b = next(it, None)
-        if b is not None:
-            heap.append((first_ts(b), i, b))
-    heapq.heapify(heap)
-    while heap:
-        _, i, b = heapq.heappop(heap)
-        yield b
-        nxt = next(its[i], None)
-        if nxt is not None:
-            heapq.heappush(heap, (first_ts(nxt), i, nxt))
+    """Several inputs merged by time, as ``eroica analyze`` reads several files."""
+    return read_merged(list(paths), batch_records=batch_records)
 
 
 @FEW
