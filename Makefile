@@ -4,14 +4,23 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: setup demo test bench clean
+.PHONY: setup kafka demo test bench clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed kafka
+
+# Apache Kafka's jars (deploy/kafka/pom.xml) for the broker tests and `eroica up --broker kafka`;
+# a no-op once installed. Without java and mvn the tests fall back to tansu (the Kafka ones skip).
+kafka:
+	@if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
+		bash .ci/install-kafka.sh; \
+	else \
+		echo "java or mvn not found: Apache Kafka not installed (its tests skip; eroica up uses tansu)"; \
+	fi
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[stream,sink,import,test,gpu]'
+	$(PY) -m pip install -q -e '.[stream,sink,import,test,gpu,fuzz]'
 	$(PY) -m pip install -q torch==2.13.0  # the tracer's tests (CPU wheel on these machines; not an extra: torch>=2.1 would pick 2.14)
 	touch $@
 

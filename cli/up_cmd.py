@@ -1,6 +1,6 @@
 """``eroica up``: run the single-machine stack in the foreground until Ctrl-C or SIGTERM.
 
-Broker (tansu, unless ``--kafka``), topics, ``eroica worker summariser``,
+Broker (tansu, or Apache Kafka with ``--broker kafka``; none with ``--kafka``), topics, ``eroica worker summariser``,
 ``eroica worker detector`` and ``eroica sink`` (chdb in the data directory,
 unless ``--clickhouse``), supervised; state in ``DATA_DIR/stack.json`` (see
 ``stack/state.py``). One stack per data directory (a lock file enforces it).
@@ -44,7 +44,11 @@ def _lock(data_dir: Path) -> IO[str]:
 @click.command("up")
 @data_dir_option
 @click.option("--kafka", "bootstrap", default=None, metavar="HOST:PORT",
-              help="Use this Kafka instead of starting a tansu broker on 127.0.0.1.")
+              help="Use this Kafka instead of starting a broker on 127.0.0.1.")
+@click.option("--broker", "broker_kind", type=click.Choice(["tansu", "kafka"]), default=None,
+              help="Broker to start on 127.0.0.1: tansu (default; embedded, memory only) or kafka (Apache "
+                   "Kafka, KRaft, one node; needs java and the jars of .ci/install-kafka.sh; data kept in "
+                   "DATA_DIR/kafka).")
 @click.option("--clickhouse", "clickhouse_url", default=None, metavar="clickhouse://HOST:9000/DB",
               help="Use this ClickHouse server instead of chdb in DATA_DIR/chdb.")
 @click.option("--restart/--no-restart", default=True, show_default=True,
@@ -53,14 +57,22 @@ def _lock(data_dir: Path) -> IO[str]:
               metavar="SECONDS", help="Grace period per shutdown stage before SIGKILL.")
 @click.option("--ready-timeout", type=click.FloatRange(min=1.0), default=90.0, show_default=True,
               metavar="SECONDS", help="Give up when a part does not answer within this time at start.")
-def up(data_dir: Path | None, bootstrap: str | None, clickhouse_url: str | None, restart: bool,
-       stop_timeout: float, ready_timeout: float) -> None:
+def up(data_dir: Path | None, bootstrap: str | None, broker_kind: str | None, clickhouse_url: str | None,
+       restart: bool, stop_timeout: float, ready_timeout: float) -> None:
     """Run broker, stream workers and ClickHouse sink on this machine until Ctrl-C."""
     from eroica.stack.local import LocalStack, StackError
     from eroica.stack.tansu import BrokerError
 
     if clickhouse_url and not clickhouse_url.startswith(("clickhouse://", "clickhouses://", "chdb://")):
         raise click.BadParameter("use clickhouse://HOST:9000/DB (or chdb:///DIR)", param_hint="--clickhouse")
+    if bootstrap and broker_kind:
+        raise click.UsageError("--kafka uses a running broker; --broker starts one: give only one of them")
+    if broker_kind == "kafka":
+        from eroica.stack.apache_kafka import kafka_available
+
+        reason = kafka_available()
+        if reason:
+            raise click.UsageError(f"--broker kafka: {reason}")
     root = resolve_data_dir(data_dir).resolve()
     lock = _lock(root)
     stop = threading.Event()
@@ -74,8 +86,8 @@ def up(data_dir: Path | None, bootstrap: str | None, clickhouse_url: str | None,
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    stack = LocalStack(root, kafka=bootstrap, clickhouse_url=clickhouse_url, restart=restart,
-                       stop_timeout_s=stop_timeout)
+    stack = LocalStack(root, kafka=bootstrap, broker_kind=broker_kind or "tansu", clickhouse_url=clickhouse_url,
+                       restart=restart, stop_timeout_s=stop_timeout)
     try:
         stack.start(ready_timeout_s=ready_timeout)
         started.set()
@@ -101,8 +113,11 @@ def _print_summary(stack: object) -> None:
 
     assert isinstance(stack, LocalStack)
     d = stack.data_dir
+    kind = ""
+    if stack.broker is not None:
+        kind = " (Apache Kafka, KRaft)" if stack.broker_kind == "kafka" else " (tansu, memory storage)"
     lines = [f"Eroica stack up (pid {os.getpid()}), data in {d}",
-             f"  kafka        {stack.bootstrap}" + (" (tansu, memory storage)" if stack.broker else ""),
+             f"  kafka        {stack.bootstrap}{kind}",
              f"  clickhouse   {stack.sink_clickhouse_url}"]
     for name, svc in stack.services.items():
         lines.append(f"  {name:<12} pid {svc.pid}, {svc.health_url}, log {svc.log_path}")

@@ -3,8 +3,12 @@
 ``eroica up`` runs it in the foreground and ``eroica demo`` in-process. One
 :class:`LocalStack` starts, in order:
 
-1. a Kafka-protocol broker: :class:`~eroica.stack.tansu.TansuBroker` on
-   127.0.0.1 (memory storage), unless an external bootstrap is given;
+1. a Kafka-protocol broker on 127.0.0.1, unless an external bootstrap is
+   given: ``broker="tansu"`` (the default, :class:`~eroica.stack.tansu.TansuBroker`,
+   memory storage, pip-only) or ``broker="kafka"`` (one Apache Kafka KRaft
+   node, :class:`~eroica.stack.apache_kafka.KafkaCluster`, from the jars of
+   ``.ci/install-kafka.sh``; its data is kept in ``DATA_DIR/kafka`` across
+   runs);
 2. every topic of :class:`~eroica.producers.kafka.config.KafkaConfig`, with
    the configured partition count;
 3. child processes ``python -m eroica.cli worker summariser``, ``... worker
@@ -39,11 +43,15 @@ from typing import IO, Any
 from eroica.producers.kafka.config import KafkaConfig
 
 from .state import remove_state, write_state
+from .apache_kafka import KAFKA_VERSION, KafkaCluster
 from .tansu import BrokerError, TansuBroker, create_topics, free_port, wait_for_broker
 
-__all__ = ["LocalStack", "Service", "StackError", "worker_command_available", "WORKERS"]
+__all__ = ["BROKERS", "LocalStack", "Service", "StackError", "worker_command_available", "WORKERS"]
 
 WORKERS: tuple[str, ...] = ("summariser", "detector")
+BROKERS: tuple[str, ...] = ("tansu", "kafka")
+# What a broker process's command line holds (to reap one a killed supervisor left behind).
+_BROKER_MARKERS = (b"tansu", b"kafka.Kafka")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -129,7 +137,8 @@ class Service:
 class LocalStack:
     """Broker + workers + sink under one supervisor (see the module docstring).
 
-    ``kafka``: external bootstrap (no broker started). ``clickhouse_url``: a
+    ``kafka``: external bootstrap (no broker started). ``broker_kind``: which one
+    to start otherwise, ``tansu`` or ``kafka`` (Apache Kafka). ``clickhouse_url``: a
     ClickHouse server for the sink; default chdb in ``data_dir/chdb``.
     ``workers``: which ``eroica worker`` roles to run (skipped, with a
     message, when the command is not installed). ``env``: the base
@@ -138,6 +147,7 @@ class LocalStack:
 
     data_dir: Path
     kafka: str | None = None
+    broker_kind: str = "tansu"
     clickhouse_url: str | None = None
     workers: Sequence[str] = WORKERS
     restart: bool = True
@@ -147,13 +157,15 @@ class LocalStack:
     python: str = sys.executable
     on_event: Callable[[str], None] = lambda msg: print(f"eroica up: {msg}", file=sys.stderr, flush=True)
     services: dict[str, Service] = field(default_factory=dict)
-    broker: TansuBroker | None = None
+    broker: TansuBroker | KafkaCluster | None = None
     bootstrap: str = ""
     started_at_ns: int = 0
     _stopping: bool = False
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).expanduser().resolve()
+        if self.broker_kind not in BROKERS:
+            raise ValueError(f"broker must be one of {', '.join(BROKERS)}, got {self.broker_kind!r}")
 
     # -- derived ----------------------------------------------------------------------
     @property
@@ -202,17 +214,17 @@ class LocalStack:
         old = read_state(self.data_dir)
         if old is None or pid_alive(int(old.get("pid", 0))):
             return
-        candidates = [(old.get("kafka", {}).get("pid"), b"tansu")]
-        candidates += [(svc.get("pid"), b"eroica.cli") for svc in old.get("services", {}).values()]
+        candidates = [(old.get("kafka", {}).get("pid"), _BROKER_MARKERS)]
+        candidates += [(svc.get("pid"), (b"eroica.cli",)) for svc in old.get("services", {}).values()]
         reaped = 0
-        for pid, marker in candidates:
+        for pid, markers in candidates:
             if not pid or not pid_alive(int(pid)):
                 continue
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if marker in cmdline:
+            if any(m in cmdline for m in markers):
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                     reaped += 1
@@ -229,6 +241,15 @@ class LocalStack:
             except BrokerError as exc:
                 raise StackError(f"Kafka at {self.kafka} does not answer: {exc}") from exc
             self.bootstrap = self.kafka
+            return
+        if self.broker_kind == "kafka":
+            try:
+                self.broker = KafkaCluster(1, data_dir=self.data_dir / "kafka").start()
+            except BrokerError as exc:
+                raise StackError(str(exc)) from exc
+            self.bootstrap = self.broker.bootstrap
+            self.on_event(f"started Apache Kafka {KAFKA_VERSION} (KRaft, one node) on {self.bootstrap} in "
+                          f"{self.broker.start_seconds:.1f} s; data in {self.data_dir / 'kafka'}")
             return
         self.broker = TansuBroker(data_dir=self.data_dir / "tansu").start()
         self.bootstrap = self.broker.bootstrap
@@ -321,7 +342,11 @@ class LocalStack:
                 changed = True
                 self.on_event(f"restarted {svc.name} (pid {svc.pid})")
         if self.broker is not None and not self.broker.running:
-            self.on_event("the tansu broker exited; its topics (memory storage) are gone: restart the stack")
+            if isinstance(self.broker, KafkaCluster):
+                self.on_event(f"the Kafka broker exited (log {self.broker.nodes[0].log_path}); restart the stack "
+                              f"(its data is kept in {self.data_dir / 'kafka'})")
+            else:
+                self.on_event("the tansu broker exited; its topics (memory storage) are gone: restart the stack")
             self.broker = None
             changed = True
         if changed:
@@ -333,14 +358,17 @@ class LocalStack:
 
     # -- state --------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
-        broker_pid = getattr(getattr(self.broker, "_proc", None), "pid", None)
+        if isinstance(self.broker, KafkaCluster):
+            broker_pid = self.broker.pids[0] if self.broker.nodes else None
+        else:
+            broker_pid = getattr(getattr(self.broker, "_proc", None), "pid", None)
         url = self.sink_clickhouse_url
         return {
             "pid": os.getpid(),
             "started_at_ns": self.started_at_ns,
             "data_dir": str(self.data_dir),
             "kafka": {"bootstrap": self.bootstrap, "managed": self.broker is not None or not self.kafka,
-                      "pid": broker_pid},
+                      "pid": broker_pid, "kind": None if self.kafka else self.broker_kind},
             "clickhouse": {"url": url, "backend": "chdb" if url.startswith("chdb:") else "native"},
             "query_endpoint": self.query_endpoint,
             "services": {name: svc.describe() for name, svc in self.services.items()},

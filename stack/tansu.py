@@ -101,14 +101,23 @@ class _NullLogger:
 
 
 def wait_for_broker(bootstrap: str, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> None:
-    """Return once a Kafka metadata request to ``bootstrap`` succeeds; BrokerError after timeout."""
-    host, _, port = bootstrap.rpartition(":")
+    """Return once a Kafka metadata request to ``bootstrap`` succeeds; BrokerError after timeout.
+
+    ``bootstrap`` may list several ``host:port`` (comma-separated): one that
+    accepts a connection is enough, as for any Kafka client.
+    """
+    addresses = [a.strip().rpartition(":") for a in bootstrap.split(",") if a.strip()]
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection((host, int(port)), timeout=0.5):
-                pass
+            for i, (host, _, port) in enumerate(addresses):
+                try:
+                    with socket.create_connection((host, int(port)), timeout=0.5):
+                        break
+                except OSError:
+                    if i == len(addresses) - 1:
+                        raise
             _quiet_admin(bootstrap).list_topics(timeout=max(0.5, min(5.0, deadline - time.monotonic())))
             return
         except Exception as exc:  # refused socket or KafkaException: not up yet
@@ -117,12 +126,16 @@ def wait_for_broker(bootstrap: str, timeout_s: float = DEFAULT_START_TIMEOUT_S) 
     raise BrokerError(f"no Kafka broker answered a metadata request at {bootstrap} within {timeout_s:.0f} s: {last}")
 
 
-def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 15.0) -> None:
+def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 15.0,
+                  replication_factor: int = -1) -> None:
     """Create topics with the given partition counts; topics that already exist are fine.
 
     Explicit creation matters because auto-created topics (tansu: 4 partitions;
     real Kafka: whatever ``num.partitions`` says, or refused) would not have the
-    partitioning the pipeline expects. Replication factor is 1 (single broker).
+    partitioning the pipeline expects. ``replication_factor=-1`` takes the
+    broker's ``default.replication.factor`` (CreateTopics v4+; tansu accepts it
+    too): 1 on tansu and a one-node Kafka, 3 on the three-node test cluster
+    (``eroica.stack.apache_kafka``), whatever production configured.
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
@@ -131,7 +144,8 @@ def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 
         return
     admin = _quiet_admin(bootstrap)
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=int(p), replication_factor=1) for name, p in topics.items()],
+        [NewTopic(name, num_partitions=int(p), replication_factor=replication_factor)
+         for name, p in topics.items()],
         operation_timeout=timeout_s, request_timeout=timeout_s)
     failed = []
     for name, fut in futures.items():

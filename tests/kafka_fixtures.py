@@ -10,6 +10,17 @@
 If none starts, the test FAILS when ``CI`` is set (the real path must never be
 skipped silently in CI) and is skipped with the reason otherwise.
 
+Apache Kafka (:mod:`eroica.stack.apache_kafka`, jars from ``.ci/install-kafka.sh``):
+
+- ``kafka_broker`` (session): one KRaft node, replication factor 1.
+- ``kafka_cluster``: three KRaft nodes (controller quorum of 3, replication
+  factor 3, ``min.insync.replicas=2``), shared by a test module; a test may
+  :meth:`~eroica.stack.apache_kafka.KafkaCluster.kill` nodes: every node that
+  is down after the test is restarted before the next one gets the cluster.
+
+Without java or the jars they skip locally and FAIL under ``CI``; installed
+but not starting is a failure everywhere.
+
 ``kafka_names`` gives each test fresh topic names and group ids: topics cannot
 be cleaned between tests on a shared broker, and tansu consumer groups can get
 stuck, so nothing is ever reused. Consumers that join a group should use
@@ -86,6 +97,61 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_installed() -> None:
+    """Java and the Kafka jars are here (skip locally / fail in CI otherwise); for tests that start their own."""
+    from eroica.stack.apache_kafka import kafka_available
+
+    reason = kafka_available()
+    if reason:
+        _unavailable(f"Apache Kafka: {reason}")
+
+
+def _apache_kafka(nodes: int, tmp_path_factory: pytest.TempPathFactory):
+    from eroica.stack.apache_kafka import KafkaCluster, kafka_available
+    from eroica.stack.tansu import BrokerError
+
+    reason = kafka_available()
+    if reason:
+        _unavailable(f"Apache Kafka: {reason}")
+    cluster = KafkaCluster(nodes, data_dir=tmp_path_factory.mktemp(f"kafka{nodes}"))
+    try:
+        cluster.start()
+    except BrokerError as exc:  # installed but not starting: a failure, in CI or not
+        pytest.fail(f"Apache Kafka ({nodes} node(s)) did not start: {exc}", pytrace=False)
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory):
+    """One Apache Kafka KRaft node on 127.0.0.1 for the session (``.bootstrap``)."""
+    cluster = _apache_kafka(1, tmp_path_factory)
+    try:
+        yield cluster
+    finally:
+        cluster.stop(kill=True)
+
+
+@pytest.fixture(scope="module")
+def _kafka_cluster_module(tmp_path_factory: pytest.TempPathFactory):
+    # Module scope: three idle JVMs would otherwise tick through the rest of the session.
+    cluster = _apache_kafka(3, tmp_path_factory)
+    try:
+        yield cluster
+    finally:
+        cluster.stop(kill=True)
+
+
+@pytest.fixture
+def kafka_cluster(_kafka_cluster_module):
+    """Three Apache Kafka KRaft nodes (RF 3, min ISR 2); nodes a test killed are restarted after it."""
+    cluster = _kafka_cluster_module
+    yield cluster
+    for i in range(cluster.size):
+        if not cluster.is_running(i):
+            cluster.restart(i)
 
 
 @dataclass(frozen=True)
