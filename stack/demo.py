@@ -117,7 +117,9 @@ def run_demo(*, nodes: int = 8, gpus: int = 8, steps: int = 40, fault: str = DEM
 
         say("[4/4] waiting for the verdict to land in ClickHouse")
         assert stack.query_endpoint is not None
-        client = EndpointClient(stack.query_endpoint, timeout_s=10.0)
+        from .query import stack_token
+
+        client = EndpointClient(stack.query_endpoint, timeout_s=10.0, token=stack_token(stack.data_dir))
         t = time.monotonic()
         deadline = t0 + timeout_s
         while time.monotonic() < deadline:

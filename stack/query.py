@@ -11,7 +11,9 @@
 3. else a stopped stack's chdb directory (``DATA_DIR/chdb``), opened directly;
 4. else the default server URL (``clickhouse://127.0.0.1:9000/eroica``).
 
-Both kinds of target answer ``verdicts(...)`` and ``sql(...)`` alike.
+Both kinds of target answer ``verdicts(...)`` and ``sql(...)`` alike. An
+endpoint needs its token: read from the file the owner's announcement names,
+else from ``DATA_DIR/sink/eroica-sink.token`` (the stack's sink keeps it there).
 """
 
 from __future__ import annotations
@@ -23,11 +25,17 @@ from typing import Protocol
 from eroica.models.verdict import Verdict
 from eroica.sinks.clickhouse.client import QueryResult
 from eroica.sinks.clickhouse.config import DEFAULT_URL, ClickHouseConfig, RetryPolicy
-from eroica.sinks.clickhouse.endpoint import EndpointClient, read_endpoint_file
+from eroica.sinks.clickhouse.endpoint import TOKEN_FILE, EndpointClient, read_endpoint_file, read_token_file
 
 from .state import live_state
 
-__all__ = ["QueryTarget", "DirectTarget", "EndpointTarget", "open_query_target", "resolve_query_target"]
+__all__ = ["QueryTarget", "DirectTarget", "EndpointTarget", "open_query_target", "resolve_query_target",
+           "stack_token"]
+
+
+def stack_token(data_dir: Path) -> str | None:
+    """The token of the sink endpoint of the stack in ``data_dir`` (None when there is none)."""
+    return read_token_file(Path(data_dir) / "sink" / TOKEN_FILE)
 
 
 class QueryTarget(Protocol):
@@ -62,8 +70,8 @@ class DirectTarget:
 class EndpointTarget(EndpointClient):
     """Queries answered by a running sink worker's HTTP endpoint."""
 
-    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
-        super().__init__(url, timeout_s)
+    def __init__(self, url: str, timeout_s: float = 30.0, token: str | None = None) -> None:
+        super().__init__(url, timeout_s, token)
         self.description = f"via sink endpoint {self.url}"
 
     def close(self) -> None:
@@ -77,9 +85,10 @@ def open_query_target(url: str, data_dir: Path, *, endpoint: str | None = None,
     if config.backend == "chdb" and config.chdb_path != ":memory:":
         owner = read_endpoint_file(config.chdb_path)
         if owner is not None:
-            return EndpointTarget(owner["url"], timeout_s)
+            token = read_token_file(owner.get("token_file")) or stack_token(data_dir)
+            return EndpointTarget(owner["url"], timeout_s, token)
         if endpoint:
-            return EndpointTarget(endpoint, timeout_s)
+            return EndpointTarget(endpoint, timeout_s, stack_token(data_dir))
     # A read command should answer or fail within its timeout, not wait out a writer's retry policy.
     retry = RetryPolicy(attempts=3, initial_s=0.2, max_s=1.0, deadline_s=timeout_s)
     return DirectTarget(config.replace(connect_timeout_s=min(config.connect_timeout_s, timeout_s), retry=retry))

@@ -8,6 +8,7 @@ working directory. Layout::
     stack.json          state of the running stack (removed at a clean shutdown)
     stack.lock          held (flock) by the ``eroica up`` process while it runs
     logs/<service>.log  each child's stdout and stderr (tansu: tansu/tansu.log)
+    kafka/node-1/       Apache Kafka's config, server.log and data (``up --broker kafka``)
     chdb/               ClickHouse data when the stack runs chdb (+ eroica-sink.json)
     summariser/ detector/ sink/   each worker's own EROICA_DATA_DIR
 
@@ -18,7 +19,8 @@ working directory. Layout::
      "pid": 1234,                       # the `eroica up` supervisor
      "started_at_ns": 1700000000000000000,
      "data_dir": "/home/me/.local/share/eroica",
-     "kafka": {"bootstrap": "127.0.0.1:40123", "managed": true, "pid": 1235},
+     "kafka": {"bootstrap": "127.0.0.1:40123", "managed": true, "pid": 1235,
+               "kind": "tansu"},            # or "kafka" (Apache Kafka); null for an external --kafka
      "clickhouse": {"url": "chdb:///home/me/.local/share/eroica/chdb", "backend": "chdb"},
      "query_endpoint": "http://127.0.0.1:40125",   # the sink's read-only HTTP endpoint
      "services": {

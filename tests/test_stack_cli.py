@@ -164,8 +164,10 @@ def test_verdicts_and_sql_against_a_server(server_with_verdicts, tmp_path: Path)
     assert tsv.stdout.splitlines() == ["a\tb", "1\tx"]
     refused = runner.invoke(cli, ["sql", *base, f"TRUNCATE TABLE {database}.verdicts"])
     assert refused.exit_code == 2 and "refused" in refused.output
-    bad = runner.invoke(cli, ["sql", *base, "SELECT nope FROM system.one"])
+    bad = runner.invoke(cli, ["sql", *base, f"SELECT nope FROM {database}.verdicts"])
     assert bad.exit_code == 1
+    # system tables are not Eroica's (issue 10): refused before they reach the server
+    assert runner.invoke(cli, ["sql", *base, "SELECT * FROM system.one"]).exit_code == 2
 
 
 def test_verdicts_reports_an_unreachable_server(tmp_path: Path) -> None:

@@ -6,6 +6,12 @@
 - ``execute(sql, params)``: DDL and other statements without a result;
 - ``insert(table, columns, rows)``: one batch of rows;
 - ``query(sql, params, readonly=)``: column names, types and rows;
+  ``readonly=True`` runs on a separate read connection (server) or session
+  (chdb) whose current database is Eroica's, with ``readonly=1`` and the
+  config's read limits (:func:`read_settings`), so a user read never waits
+  for, nor holds up, an insert;
+- ``databases()``: the engine's database names (the SQL guard refuses them);
+- ``explain_ast(sql)`` (chdb only): the engine's parse tree, without running it;
 - ``placeholder(name, type)``: how a bound value is written in SQL text.
 
 Values are never formatted into SQL by us. clickhouse-driver substitutes
@@ -40,7 +46,7 @@ from .config import ClickHouseConfig, RetryPolicy
 
 __all__ = [
     "ClickHouseError", "ClickHouseUnavailableError", "QueryResult", "Client",
-    "NativeClient", "ChdbClient", "open_client", "call_with_retries",
+    "NativeClient", "ChdbClient", "open_client", "call_with_retries", "read_settings",
 ]
 
 log = logging.getLogger(__name__)
@@ -81,7 +87,24 @@ class Client(Protocol):
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None: ...
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> int: ...
     def query(self, sql: str, params: Mapping[str, Any] | None = None, *, readonly: bool = False) -> QueryResult: ...
+    def databases(self) -> list[str]: ...
     def close(self) -> None: ...
+
+
+def read_settings(config: ClickHouseConfig) -> dict[str, Any]:
+    """The settings of every read on the read path, in the order they are applied (readonly last).
+
+    ClickHouse 18.16 and current releases both know each of them.
+    """
+    return {
+        "max_execution_time": max(1, math.ceil(config.read_timeout_s)),
+        "timeout_overflow_mode": "throw",
+        "max_memory_usage": int(config.read_max_memory_bytes),
+        "max_result_rows": int(config.read_max_rows),
+        "max_result_bytes": int(config.read_max_bytes),
+        "result_overflow_mode": "throw",
+        "readonly": 1,
+    }
 
 
 # -- retries --------------------------------------------------------------------
@@ -164,6 +187,14 @@ def _column_list(columns: Sequence[str]) -> str:
     return ", ".join(f"`{c}`" for c in columns)
 
 
+def _check_rows(config: ClickHouseConfig, target: str, n: int) -> None:
+    """The row limit of a read, checked here too: engines check it per block and return a first
+    block whole (chdb returns any single-block result, however long)."""
+    if n > config.read_max_rows:
+        raise ClickHouseError(f"query on {target}: the result has {n} rows, over the read limit of "
+                              f"{config.read_max_rows} (add a LIMIT)", 396)
+
+
 # -- server over the native protocol ---------------------------------------------
 class NativeClient:
     """clickhouse-driver client; one connection, serialised by a lock.
@@ -181,16 +212,25 @@ class NativeClient:
         self.target = config.target
         self._sleep = sleep
         self._lock = threading.Lock()
-        self._client = DriverClient(
-            host=config.host,
-            port=config.port,
-            database="default",
-            user=config.user,
-            password=config.password,
-            secure=config.secure,
-            connect_timeout=config.connect_timeout_s,
-            send_receive_timeout=config.query_timeout_s,
-            sync_request_timeout=config.connect_timeout_s,
+        self._driver_cls = DriverClient
+        self._client = self._connect("default", config.query_timeout_s)
+        # Reads go over their own connection: a slow read never holds the writer's lock. Its
+        # current database is Eroica's, so unqualified table names in user SQL resolve there.
+        self._read_lock = threading.Lock()
+        self._reader = self._connect(config.database, config.read_timeout_s + config.connect_timeout_s + 5.0)
+
+    def _connect(self, database: str, timeout_s: float) -> Any:
+        c = self.config
+        return self._driver_cls(
+            host=c.host,
+            port=c.port,
+            database=database,
+            user=c.user,
+            password=c.password,
+            secure=c.secure,
+            connect_timeout=c.connect_timeout_s,
+            send_receive_timeout=timeout_s,
+            sync_request_timeout=c.connect_timeout_s,
             client_name="eroica",
         )
 
@@ -216,18 +256,29 @@ class NativeClient:
         return len(data)
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None, *, readonly: bool = False) -> QueryResult:
-        settings = {"readonly": 1} if readonly else None
-        rows, meta = self._run(
-            "query",
-            lambda: self._client.execute(
-                sql, dict(params) if params is not None else None, with_column_types=True, settings=settings
-            ),
-        )
+        bound = dict(params) if params is not None else None
+        if readonly:
+            settings = read_settings(self.config)
+
+            def read() -> Any:
+                with self._read_lock:
+                    return self._reader.execute(sql, bound, with_column_types=True, settings=settings)
+
+            rows, meta = call_with_retries(read, policy=self.config.retry, what="query", target=self.target,
+                                           sleep=self._sleep)
+            _check_rows(self.config, self.target, len(rows))
+        else:
+            rows, meta = self._run("query", lambda: self._client.execute(sql, bound, with_column_types=True))
         return QueryResult([m[0] for m in meta], [m[1] for m in meta], [tuple(r) for r in rows])
+
+    def databases(self) -> list[str]:
+        return [r[0] for r in self.query("SELECT name FROM system.databases", readonly=True).rows]
 
     def close(self) -> None:
         with self._lock:
             self._client.disconnect()
+        with self._read_lock:
+            self._reader.disconnect()
 
     def __enter__(self) -> NativeClient:
         return self
@@ -260,12 +311,15 @@ class _SharedSession:
 
         self.path = path
         self.users = 0
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # the writer session (DDL, inserts, internal statements)
+        # The read sessions' own lock: chdb runs queries of different sessions at the same time,
+        # so a user read (bounded by max_execution_time) never blocks an insert.
+        self.read_lock = threading.RLock()
         self._session_cls = Session
-        self.writer = self._open(readonly=False)
-        self._reader: Any = None
+        self.writer = self._open()
+        self._readers: dict[str, Any] = {}
 
-    def _open(self, *, readonly: bool) -> Any:
+    def _open(self) -> Any:
         try:
             session = self._session_cls(self.path)
         except Exception as exc:  # noqa: BLE001 - chdb raises RuntimeError with a terse text
@@ -274,22 +328,55 @@ class _SharedSession:
                 "data directory per process, and one process per directory: if another process owns "
                 "it, route queries through that process", error_code(exc)
             ) from exc
-        for stmt in _SESSION_SETTINGS + (("SET readonly = 1",) if readonly else ()):
+        for stmt in _SESSION_SETTINGS:
             session.query(stmt)
         return session
 
-    @property
-    def reader(self) -> Any:
-        """A second session on the same directory with readonly=1 (its own settings)."""
-        if self._reader is None:
-            self._reader = self._open(readonly=True)
-        return self._reader
+    def reader(self, config: ClickHouseConfig, purpose: str = "read") -> Any:
+        """A session of its own on the same directory: current database Eroica's, read limits, readonly=1.
+
+        ``purpose="parse"`` (EXPLAIN AST for the SQL guard) has the time limit but no result limits.
+        Call under ``read_lock``. Raises ClickHouseError while the database does not exist yet.
+        """
+        key = f"{purpose}:{config.database}"
+        session = self._readers.get(key)
+        if session is not None:
+            return session
+        settings = read_settings(config)
+        if purpose == "parse":
+            settings = {k: settings[k] for k in ("max_execution_time", "timeout_overflow_mode", "readonly")}
+        session = self._open()
+        try:
+            for name, value in settings.items():
+                if name == "readonly":
+                    session.query(f"USE `{config.database}`")
+                session.query(f"SET {name} = {value!r}" if isinstance(value, str) else f"SET {name} = {value}")
+        except Exception as exc:  # noqa: BLE001 - the database is missing: reads wait for the sink's schema
+            session.close()
+            raise ClickHouseError(f"chdb:{self.path}: cannot open a read session on database "
+                                  f"{config.database!r}: {_first_line(exc)}", error_code(exc)) from exc
+        self._readers[key] = session
+        return session
+
+    def drop_readers(self) -> None:
+        """Close the read sessions (a new one opens on the next read). Call under ``read_lock``.
+
+        After a read fails (a limit stopped it), chdb can hand the session's next query leftover
+        output, so a failed read never leaves its session for the next one.
+        """
+        for s in self._readers.values():
+            try:
+                s.close()
+            except Exception:  # noqa: BLE001 - closing a broken session
+                pass
+        self._readers.clear()
 
     def close(self) -> None:
-        for s in (self._reader, self.writer):
-            if s is not None:
+        with self.read_lock:
+            for s in self._readers.values():
                 s.close()
-        self._reader = None
+            self._readers.clear()
+        self.writer.close()
 
 
 # Re-entrant: a ChdbClient finalised by the GC inside _acquire releases under the same lock.
@@ -383,13 +470,21 @@ class ChdbClient:
     def _session(self, readonly: bool = False) -> Any:
         if self._shared is None:
             raise ClickHouseError(f"{self.target}: client is closed")
-        return self._shared.reader if readonly else self._shared.writer
+        return self._shared.reader(self.config) if readonly else self._shared.writer
 
-    def _run(self, what: str, fn: Callable[[], T]) -> T:
+    def _run(self, what: str, fn: Callable[[], T], *, readonly: bool = False) -> T:
         def locked() -> T:
-            assert self._shared is not None
-            with self._shared.lock:
-                return fn()
+            if self._shared is None:
+                raise ClickHouseError(f"{self.target}: client is closed")
+            if not readonly:
+                with self._shared.lock:
+                    return fn()
+            with self._shared.read_lock:
+                try:
+                    return fn()
+                except BaseException:
+                    self._shared.drop_readers()
+                    raise
 
         return call_with_retries(locked, policy=self.config.retry, what=what, target=self.target, sleep=self._sleep)
 
@@ -426,14 +521,34 @@ class ChdbClient:
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None, *, readonly: bool = False) -> QueryResult:
         bound = self._params(params)
-        raw = self._run("query", lambda: self._session(readonly).query(sql, "JSONCompact", params=bound).bytes())
+        raw = self._run("query", lambda: self._session(readonly).query(sql, "JSONCompact", params=bound).bytes(),
+                        readonly=readonly)
         if not raw.strip():
             return QueryResult([], [], [])
         doc = msgspec.json.decode(raw)
         names = [m["name"] for m in doc.get("meta", [])]
         types = [m["type"] for m in doc.get("meta", [])]
-        rows = [tuple(_convert(t, v) for t, v in zip(types, r, strict=True)) for r in doc.get("data", [])]
+        data = doc.get("data", [])
+        if readonly:
+            _check_rows(self.config, self.target, len(data))
+        rows = [tuple(_convert(t, v) for t, v in zip(types, r, strict=True)) for r in data]
         return QueryResult(names, types, rows)
+
+    def explain_ast(self, sql: str) -> str:
+        """The engine's parse tree of ``sql`` (``EXPLAIN AST``: parsed, never run), on a read session.
+
+        ``sql`` must be one statement already (chdb would run a second one).
+        """
+        def parse() -> bytes:
+            if self._shared is None:
+                raise ClickHouseError(f"{self.target}: client is closed")
+            return self._shared.reader(self.config, "parse").query(f"EXPLAIN AST {sql}", "TSVRaw").bytes()
+
+        raw = self._run("explain", parse, readonly=True)
+        return raw.decode("utf-8", errors="replace")
+
+    def databases(self) -> list[str]:
+        return [r[0] for r in self.query("SELECT name FROM system.databases", readonly=True).rows]
 
     def close(self) -> None:
         shared, self._shared = self._shared, None

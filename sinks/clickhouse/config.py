@@ -112,6 +112,12 @@ class ClickHouseConfig:
     connect_timeout_s: float = 3.0
     query_timeout_s: float = 60.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # Limits of every user read (eroica sql, the endpoint, verdict listings), set by us, never by the
+    # user: max_execution_time, max_memory_usage, max_result_rows / max_result_bytes (both engines).
+    read_timeout_s: float = 30.0
+    read_max_memory_bytes: int = 1 << 30
+    read_max_rows: int = 2_000_000  # the report reads up to 2M summary rows (sinks/report/query.py)
+    read_max_bytes: int = 512 << 20
 
     def __post_init__(self) -> None:
         check_identifier(self.database, "database name")
@@ -123,6 +129,9 @@ class ClickHouseConfig:
             raise ValueError("batch_size must be >= 1")
         if self.backend not in ("native", "chdb"):
             raise ValueError(f"unknown backend {self.backend!r}")
+        if self.read_timeout_s <= 0 or self.read_max_memory_bytes < 1 or self.read_max_rows < 1 \
+                or self.read_max_bytes < 1:
+            raise ValueError("read limits must be positive")
         if self.backend == "chdb" and not self.chdb_path:
             raise ValueError("chdb backend needs a data directory (chdb:///path) or :memory:")
 

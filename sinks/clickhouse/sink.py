@@ -3,8 +3,11 @@
 Writes are idempotent (ReplacingMergeTree keyed by verdict_id / summary cell),
 so a replay, a restart or a retried INSERT never shows a verdict twice; reads
 use ``FINAL`` and deduplicate again in Python. User SQL goes through
-:meth:`VerdictSink.run_readonly_sql`, which accepts one read statement and runs
-it with the server's ``readonly=1``.
+:meth:`VerdictSink.run_readonly_sql`, which accepts one read of Eroica's own
+tables (``readonly.py``: the tokenizer guard, and on chdb the engine's own
+parse tree as well) and runs it on the read path (``readonly=1``, time,
+memory and result limits, its own connection or session). Every read of this
+class goes that path, so no read ever holds up an insert.
 
 chdb note: the embedded engine lives in one process per data directory. A
 sink on ``chdb://`` is therefore usable only in the process that owns the
@@ -22,11 +25,26 @@ from eroica.models.verdict import Verdict
 
 from .client import ClickHouseError, Client, QueryResult, open_client
 from .config import ClickHouseConfig
-from .readonly import check_readonly_sql
+from .readonly import ReadOnlySQLError, SQLPolicy, check_ast, check_readonly_sql
 from .schema import SUMMARY_COLUMNS, SUMMARY_NAMES, VERDICT_COLUMNS, VERDICT_NAMES, ddl_statements
 from .shaping import WindowSummary, batched, summaries_from_rows, summary_rows, verdict_rows, verdicts_from_rows
 
-__all__ = ["VerdictSink", "SchemaMismatchError"]
+__all__ = ["VerdictSink", "SchemaMismatchError", "MAX_FILTER_VALUE", "check_filter_int"]
+
+# Numeric filters must be within [0, 2**63): a UInt64 parameter of 2**64 would wrap to 0.
+MAX_FILTER_VALUE = (1 << 63) - 1
+
+
+def check_filter_int(name: str, value: Any, low: int = 0, high: int = MAX_FILTER_VALUE) -> int:
+    """``value`` as an int within ``[low, high]``, else ValueError naming the filter and the bounds."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = int(str(value), 10)
+        except ValueError:
+            raise ValueError(f"{name}={value!r} is not an integer") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name}={value} is out of range: it must be within {low}..{high}")
+    return value
 
 
 class SchemaMismatchError(ClickHouseError):
@@ -125,7 +143,7 @@ class VerdictSink:
             + " ORDER BY window_start_ns DESC, verdict_id"
             + self._limit(limit, params)
         )
-        res = c.query(sql, params or None)
+        res = c.query(sql, params or None, readonly=True)
         return verdicts_from_rows(res.columns, res.rows)
 
     def query_summaries(
@@ -138,25 +156,45 @@ class VerdictSink:
     ) -> list[WindowSummary]:
         """Summaries ordered by window, rank, fn (latest write of each cell)."""
         c = self.client
-        where, params = self._where(job, since_ns, [("rank", "Int32", None if rank is None else int(rank)),
-                                                    ("fn", "String", fn)])
+        rank = None if rank is None else check_filter_int("rank", rank, low=-(1 << 31), high=(1 << 31) - 1)
+        where, params = self._where(job, since_ns, [("rank", "Int32", rank), ("fn", "String", fn)])
         sql = (
             f"SELECT {', '.join(f'`{n}`' for n in SUMMARY_NAMES)} FROM {self.config.summaries} FINAL"
             + where
             + " ORDER BY window_start_ns, rank, fn, node, kind"
             + self._limit(limit, params)
         )
-        res = c.query(sql, params or None)
+        res = c.query(sql, params or None, readonly=True)
         return summaries_from_rows(res.columns, res.rows)
 
-    def run_readonly_sql(self, sql: str) -> QueryResult:
-        """Run one user read statement (SELECT/SHOW/DESCRIBE/EXISTS) with readonly=1.
+    def sql_policy(self) -> SQLPolicy:
+        """Eroica's database against every other one the engine holds (asked each time: cheap)."""
+        return SQLPolicy.for_database(self.config.database, self.client.databases())
 
-        Raises ReadOnlySQLError (a ValueError) before anything is sent when the
-        text is not a single read statement, and ClickHouseError when the server
-        refuses it.
+    def check_user_sql(self, sql: str) -> str:
+        """The statement to run, or ReadOnlySQLError: tokenizer guard, then the engine's parse tree (chdb)."""
+        policy = self.sql_policy()
+        stmt = check_readonly_sql(sql, policy)
+        explain = getattr(self.client, "explain_ast", None)
+        if explain is not None:  # chdb; 18.16 has no EXPLAIN
+            try:
+                tree = explain(stmt)
+            except ClickHouseError as exc:
+                # SYNTAX_ERROR, READONLY (a setting), UNKNOWN_QUERY_PARAMETER: the user's to fix
+                if exc.code in (62, 164, 456):
+                    raise ReadOnlySQLError(f"the engine cannot parse it: {exc}") from None
+                raise
+            check_ast(tree, policy)
+        return stmt
+
+    def run_readonly_sql(self, sql: str) -> QueryResult:
+        """Run one user read of Eroica's tables (SELECT/WITH, SHOW, DESCRIBE, EXISTS) on the read path.
+
+        Raises ReadOnlySQLError (a ValueError) before the statement runs when it is
+        not a single read of Eroica's tables (``readonly.py``), and ClickHouseError
+        when the engine refuses it or a read limit stops it.
         """
-        return self.client.query(check_readonly_sql(sql), None, readonly=True)
+        return self.client.query(self.check_user_sql(sql), None, readonly=True)
 
     def _where(self, job: str | None, since_ns: int | None,
                equal: list[tuple[str, str, Any]]) -> tuple[str, dict[str, Any]]:
@@ -167,15 +205,13 @@ class VerdictSink:
         params = {col: value for col, _typ, value in filters if value is not None}
         if since_ns is not None:
             where.append(f"window_end_ns >= {c.placeholder('since_ns', 'UInt64')}")
-            params["since_ns"] = max(int(since_ns), 0)
+            params["since_ns"] = check_filter_int("since_ns", since_ns)
         return (f" WHERE {' AND '.join(where)}" if where else ""), params
 
     def _limit(self, limit: int | None, params: dict[str, Any]) -> str:
         if limit is None:
             return ""
-        if int(limit) < 1:
-            raise ValueError("limit must be >= 1 (or None for no limit)")
-        params["limit"] = int(limit)
+        params["limit"] = check_filter_int("limit", limit, low=1)
         return f" LIMIT {self.client.placeholder('limit', 'UInt64')}"
 
     # -- lifecycle ------------------------------------------------------------

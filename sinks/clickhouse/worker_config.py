@@ -20,6 +20,9 @@ EROICA_SINK_HTTP_PORT                 auto                query endpoint on 127.
                                                           on a server (query the server itself)
 EROICA_SINK_SESSION_TIMEOUT_MS        6000                consumer group session timeout (a dead sink's
                                                           partitions move after this long)
+EROICA_SINK_TOKEN_FILE                see right           the query endpoint's token (0600 file; see
+                                                          endpoint.py): default ``eroica-sink.token`` in
+                                                          ``$EROICA_DATA_DIR``, else in the chdb directory
 ====================================  ==================  ===============================================
 
 A batch is also inserted as soon as it holds ``EROICA_CLICKHOUSE_BATCH_SIZE``
@@ -47,7 +50,7 @@ DEFAULT_GROUP = "eroica-sink"
 # Every variable this module reads (tests/test_compose.py checks deployments against it).
 ENV_VARS: tuple[str, ...] = (
     "EROICA_SINK_GROUP", "EROICA_SINK_FLUSH_MS", "EROICA_SINK_HTTP_PORT",
-    "EROICA_SINK_SESSION_TIMEOUT_MS",
+    "EROICA_SINK_SESSION_TIMEOUT_MS", "EROICA_SINK_TOKEN_FILE",
 )
 
 
@@ -84,6 +87,8 @@ class SinkWorkerConfig:
     # (uncommitted, so nothing is lost: the next start reads it again).
     shutdown_timeout_s: float = 10.0
     create_topics: bool = True
+    # The query endpoint's token file; None: the worker picks (see the module doc).
+    token_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.flush_interval_s <= 0:
@@ -120,6 +125,12 @@ class SinkWorkerConfig:
             except ValueError:
                 raise ValueError("EROICA_SINK_SESSION_TIMEOUT_MS="
                                  f"{env['EROICA_SINK_SESSION_TIMEOUT_MS']!r} is not an integer") from None
+        if env.get("EROICA_SINK_TOKEN_FILE"):
+            kw["token_file"] = env["EROICA_SINK_TOKEN_FILE"]
+        elif env.get("EROICA_DATA_DIR"):
+            from .endpoint import TOKEN_FILE
+
+            kw["token_file"] = os.path.join(env["EROICA_DATA_DIR"], TOKEN_FILE)
         if http_port == "env":
             kw["http_port"] = _parse_http_port(env.get("EROICA_SINK_HTTP_PORT", ""), clickhouse.backend)
         elif isinstance(http_port, str):
