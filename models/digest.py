@@ -17,6 +17,8 @@ from typing import Sequence
 
 import msgspec
 
+from .limits import MAX_MESSAGE_BYTES, LimitError, check_msgpack, failure_reason
+
 DIGEST_VERSION = 2
 
 # ``step`` of an aggregate row: it covers the window's *interior* steps of its rank.
@@ -141,8 +143,16 @@ def encode_digest(d: WindowDigest) -> bytes:
 
 
 def decode_digest(data: bytes) -> WindowDigest:
-    """Raises ``msgspec.DecodeError`` on a corrupt or foreign message."""
-    d = _decoder.decode(data)
+    """Raises ``msgspec.DecodeError`` (with the reason) on a corrupt, foreign, too large or too deep message."""
+    try:
+        check_msgpack(data, MAX_MESSAGE_BYTES, what="digest")
+        d = _decoder.decode(data)
+    except msgspec.DecodeError:
+        raise
+    except LimitError as exc:
+        raise msgspec.DecodeError(str(exc)) from None
+    except Exception as exc:  # RecursionError, MemoryError, a non-bytes value...: a reason, never a crash
+        raise msgspec.DecodeError(failure_reason(exc, "digest")) from None
     if d.version != DIGEST_VERSION:
         raise msgspec.DecodeError(f"unknown digest version {d.version}")
     return d

@@ -26,7 +26,8 @@ Columns body (msgpack map)::
 End-of-stream body: ``{"job", "rank", "node", "records", "frames", "m"}`` (see
 :class:`EndOfStream`). Job body: the contract's ``job`` record as a map.
 
-Decoding validates structure, dtypes, lengths and code ranges and raises
+Decoding bounds size and nesting first (``limits.py``), then validates structure,
+dtypes, lengths, code ranges and the contract's time bounds, and raises
 :class:`FrameError` with the reason, so a corrupt message is dead-lettered by
 its consumer instead of crashing it. Decoded arrays are ``np.frombuffer`` views
 of the column buffers msgpack hands back (one memcpy per column, no per-record
@@ -43,7 +44,8 @@ import msgspec
 import numpy as np
 
 from .columns import CAT, SCHEMAS, Columns
-from .records import JobRecord
+from .limits import MAX_MESSAGE_BYTES, LimitError, check_msgpack, failure_reason
+from .records import MAX_DUR_NS, MAX_TS_NS, JobRecord
 
 MAGIC = b"EF"
 FORMAT_VERSION = 1
@@ -111,13 +113,19 @@ def frame_kind(data: bytes) -> str:
 
 
 def _unpack(data: bytes, want: str) -> dict:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise FrameError(f"not an Eroica frame: a {type(data).__name__}, not bytes")
     kind = frame_kind(data)
     if kind != want:
         raise FrameError(f"expected a {want} frame, got {kind}")
+    payload = memoryview(data)[HEADER_LEN:]
     try:
-        body = msgpack.unpackb(memoryview(data)[HEADER_LEN:], raw=False)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
-        raise FrameError(f"corrupt {want} frame: {type(exc).__name__}: {exc}") from exc
+        check_msgpack(payload, MAX_MESSAGE_BYTES, what=f"{want} frame")
+        body = msgpack.unpackb(payload, raw=False)
+    except LimitError as exc:
+        raise FrameError(f"corrupt {want} frame: {exc}") from None
+    except Exception as exc:  # msgpack raises several unrelated types on garbage; MemoryError too
+        raise FrameError(f"corrupt {want} frame: {failure_reason(exc, 'body')}") from None
     if not isinstance(body, dict):
         raise FrameError(f"corrupt {want} frame: body is {type(body).__name__}, not a map")
     return body
@@ -217,6 +225,13 @@ def decode_frame(data: bytes) -> tuple[Columns, dict]:
         if n and (int(codes.min()) < 0 or int(codes.max()) >= len(voc)):
             raise FrameError(f"corrupt columns frame: codes of {name!r} outside its vocabulary of {len(voc)}")
         vocabs[name] = voc
+    if n:
+        # The contract's bounds hold on the wire too (records.py): a frame written by a
+        # producer that skipped validation must not overflow the summariser's int64 work.
+        for name, hi in (("ts_ns", MAX_TS_NS), ("dur_ns", MAX_DUR_NS)):
+            col = arrays.get(name)
+            if col is not None and (int(col.min()) < 0 or int(col.max()) > hi):
+                raise FrameError(f"corrupt columns frame: {name} outside [0, {hi}]")
     ordered = {k: arrays[k] for k in wire}
     return Columns(type_, ordered, vocabs), meta
 
@@ -251,3 +266,5 @@ def decode_job(data: bytes) -> JobRecord:
         return msgspec.convert(body, JobRecord)
     except msgspec.ValidationError as exc:
         raise FrameError(f"corrupt job frame: {exc}") from None
+    except Exception as exc:  # never more than a reason: see limits.py
+        raise FrameError(f"corrupt job frame: {failure_reason(exc, 'job record')}") from None

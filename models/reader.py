@@ -20,19 +20,27 @@ from typing import BinaryIO, Iterator
 import msgspec
 
 from .columns import Columns, from_records
+from .limits import LimitError, check_json, failure_reason
 from .records import JobRecord, Record
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_BYTES = 1 << 20
 DEFAULT_MAX_LINE = 1 << 20
 DEFAULT_BATCH = 65536
+# Rejected lines are kept whole (for their dead letters): a batch is handed on once
+# its rejects hold this many bytes, so input that is all long bad lines stays bounded.
+MAX_INVALID_BYTES = 64 << 20
 
 _decoder = msgspec.json.Decoder(Record)
 
 
 @dataclass(frozen=True)
 class Invalid:
-    """One rejected input line: where it was, why, and (a prefix of) what it held."""
+    """One rejected input line: where it was, why, and what it held (the whole line).
+
+    ``raw`` is empty only for a line over the reader's size bound, which is
+    never held whole: ``source`` and ``line`` then point at it in its file.
+    """
 
     source: str
     line: int
@@ -56,15 +64,38 @@ class Batch:
         return sum(len(c) for c in self.columns.values()) + len(self.jobs)
 
 
+class LineRejected(msgspec.DecodeError):
+    """A line refused before or around msgspec (size, depth, any decoder failure): the text is the reason."""
+
+
+def decode_line(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE) -> Record:
+    """Decode and validate one JSON line, whatever the bytes: ``msgspec.DecodeError`` with the reason.
+
+    Size and nesting are checked first (msgspec has no depth bound of its own
+    and would raise ``RecursionError``); any other failure (``MemoryError``,
+    ...) also becomes a :class:`LineRejected`, so no line can escape the
+    caller's per-line error handling.
+    """
+    try:
+        check_json(raw, max_line_bytes, what="line")
+        return _decoder.decode(raw)
+    except msgspec.DecodeError:
+        raise
+    except LimitError as exc:
+        raise LineRejected(str(exc)) from None
+    except Exception as exc:  # RecursionError, MemoryError, ...: a reason, never a crash
+        raise LineRejected(failure_reason(exc, "line")) from None
+
+
 def validate_line(raw: bytes) -> Record:
     """Decode and validate one JSON line; raises ``msgspec.DecodeError`` with the reason."""
-    return _decoder.decode(raw)
+    return decode_line(raw)
 
 
 def reason_of(error: Exception, raw: bytes) -> str:
     """A precise, human reason: msgspec names the rule and the path (``$.field``)."""
     msg = str(error)
-    if isinstance(error, msgspec.ValidationError) or "at `$" in msg:
+    if isinstance(error, (msgspec.ValidationError, LineRejected)) or "at `$" in msg:
         return msg
     return f"invalid JSON: {msg}"
 
@@ -161,17 +192,24 @@ def parse_lines(
     source: str = "<input>",
     batch_records: int = DEFAULT_BATCH,
     max_line_bytes: int = DEFAULT_MAX_LINE,
+    line_limit: int | None = None,
 ) -> Iterator[Batch]:
     """Validate numbered lines into batches; shared by files, stdin and Kafka ingest.
 
+    ``max_line_bytes`` names the bound in the reason of a line given as None
+    (:func:`iter_lines` already cut it); ``line_limit`` rejects longer lines
+    given whole (Kafka ingest), with the line kept for its dead letter.
+
     A batch holds at most ``batch_records`` lines, valid and invalid together,
-    so memory stays bounded even on input that is all rejects.
+    and its rejects (kept whole) at most about ``MAX_INVALID_BYTES``, so memory
+    stays bounded even on input that is all rejects. Every line is decoded on
+    its own (:func:`decode_line`): a bad one never takes its neighbours with it.
     """
     by_type: dict[str, list] = {"fn": [], "gpu": [], "nic": [], "host": []}
     jobs: list[JobRecord] = []
     invalid: list[Invalid] = []
+    invalid_bytes = 0
     pending = 0
-    decode = _decoder.decode
     for lineno, raw in lines:
         if raw is None:
             invalid.append(Invalid(source, lineno, f"line longer than {max_line_bytes} bytes", b""))
@@ -179,19 +217,20 @@ def parse_lines(
             continue
         else:
             try:
-                rec = decode(raw)
+                rec = decode_line(raw, line_limit if line_limit is not None else len(raw))
             except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-                invalid.append(Invalid(source, lineno, reason_of(exc, raw), raw[:4096]))
+                invalid.append(Invalid(source, lineno, reason_of(exc, raw), bytes(raw)))
+                invalid_bytes += len(raw)
             else:
                 if type(rec) is JobRecord:
                     jobs.append(rec)
                 else:
                     by_type[rec.__struct_config__.tag].append(rec)
                 pending += 1
-        if pending + len(invalid) >= batch_records:
+        if pending + len(invalid) >= batch_records or invalid_bytes >= MAX_INVALID_BYTES:
             yield _flush(by_type, jobs, invalid)
             by_type = {k: [] for k in by_type}
-            jobs, invalid, pending = [], [], 0
+            jobs, invalid, pending, invalid_bytes = [], [], 0, 0
     if pending or invalid:
         yield _flush(by_type, jobs, invalid)
 

@@ -23,6 +23,19 @@ Str = Annotated[str, msgspec.Meta(max_length=256)]
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+# Times and durations have tighter bounds (telemetry-v1, "Bounds"), so that no
+# valid record can overflow the int64 arithmetic done on them: ``ts_ns + dur_ns``
+# (end times), offsets within a window times a rank slot (critical path), sums of
+# durations. A duration is at most one week (no function of a training step runs
+# longer; an in-flight dump of a longer hang is rejected, with its reason), a time
+# at most 2^62 ns after the epoch (the year 2116), so ``ts_ns + dur_ns`` < 2^62 + 2^50
+# and any sum of 8,000 durations stays below 2^63, every per-record value below
+# 2^53 exact in float64. Before this bound a single ``dur_ns`` of 7e18 overflowed the
+# streaming summariser's critical-path offsets and blamed innocent ranks.
+MAX_DUR_NS = 7 * 24 * 3600 * 10**9
+MAX_TS_NS = 2**62
+TimeNs = Annotated[int, msgspec.Meta(ge=0, le=MAX_TS_NS)]
+DurNs = Annotated[int, msgspec.Meta(ge=0, le=MAX_DUR_NS)]
 Index = Annotated[int, msgspec.Meta(ge=0, le=INT32_MAX)]
 Rank = Index
 Degree = Annotated[int, msgspec.Meta(ge=1, le=INT32_MAX)]
@@ -52,8 +65,8 @@ class FnRecord(_Record, tag="fn"):
     step: NonNegInt
     fn: Str
     kind: FnKind
-    ts_ns: NonNegInt
-    dur_ns: NonNegInt
+    ts_ns: TimeNs
+    dur_ns: DurNs
     bytes: NonNegInt | None = None
     op: CollectiveOp | None = None
     group: Str | None = None
@@ -71,7 +84,7 @@ class GpuRecord(_Record, tag="gpu"):
     node: Str
     rank: Rank
     gpu: Index
-    ts_ns: NonNegInt
+    ts_ns: TimeNs
     sm_util_pct: Pct | None = None
     mem_util_pct: Pct | None = None
     sm_clock_mhz: NonNegFloat | None = None
@@ -100,7 +113,7 @@ class NicRecord(_Record, tag="nic"):
     job: Str
     node: Str
     nic: Str
-    ts_ns: NonNegInt
+    ts_ns: TimeNs
     port: Index | None = None
     tx_Bps: NonNegFloat | None = None
     rx_Bps: NonNegFloat | None = None
@@ -120,7 +133,7 @@ class HostRecord(_Record, tag="host"):
 
     job: Str
     node: Str
-    ts_ns: NonNegInt
+    ts_ns: TimeNs
     cpu_util_pct: Pct | None = None
     load1: NonNegFloat | None = None
     iowait_pct: Pct | None = None
@@ -133,7 +146,7 @@ class JobRecord(_Record, tag="job"):
 
     job: Str
     world_size: Degree
-    ts_ns: NonNegInt | None = None
+    ts_ns: TimeNs | None = None
     rank_nodes: list[Str] | None = None
     rank_stages: list[NonNegInt] | None = None
     rank_dp: list[NonNegInt] | None = None

@@ -16,6 +16,7 @@ from eroica.models.frames import (
     encode_end_of_stream, encode_frame, encode_job, frame_kind,
 )
 from eroica.models.reader import parse_lines
+from eroica.models.records import MAX_DUR_NS, MAX_TS_NS
 
 LINES = [
     {"type": "fn", "job": "j1", "node": "n0", "rank": 0, "step": 3, "fn": "aten::mm", "kind": "kernel",
@@ -155,12 +156,12 @@ names = st.sampled_from(["a", "b", "node-é", "", "x" * 256])
 fn_line = st.fixed_dictionaries(
     {"type": st.just("fn"), "job": names, "node": names, "rank": st.integers(0, 2**31 - 1),
      "step": st.integers(0, 2**63 - 1), "fn": names, "kind": st.sampled_from(["python", "kernel", "io"]),
-     "ts_ns": st.integers(0, 2**63 - 1), "dur_ns": st.integers(0, 2**63 - 1)},
+     "ts_ns": st.integers(0, MAX_TS_NS), "dur_ns": st.integers(0, MAX_DUR_NS)},
     optional={"bytes": st.integers(0, 2**63 - 1), "group": names.filter(bool), "stream": st.integers(0, 2**31 - 1),
               "stack": names.filter(bool), "in_flight": st.just(True)})
 gpu_line = st.fixed_dictionaries(
     {"type": st.just("gpu"), "job": names, "node": names, "rank": st.integers(0, 1000), "gpu": st.integers(0, 7),
-     "ts_ns": st.integers(0, 2**63 - 1)},
+     "ts_ns": st.integers(0, MAX_TS_NS)},
     optional={"sm_clock_mhz": st.floats(0, 1e4, allow_nan=False), "xid": st.integers(0, 2**53)})
 
 

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from .limits import MAX_VERDICT_BYTES, LimitError, check_json, failure_reason
+
 VerdictKind = Literal["slow", "hang"]
 Component = Literal[
     "gpu", "gpu_memory", "pcie", "nvlink", "nic", "network", "host_cpu", "dataloader",
@@ -91,9 +93,28 @@ def encode_verdict(verdict: Verdict) -> bytes:
     return _encoder.encode(verdict)
 
 
+def _guarded(decoder: msgspec.json.Decoder, data: bytes, what: str):
+    """Decode with size and depth bounded first; every failure is a ``msgspec.DecodeError`` with its reason.
+
+    msgspec has no depth limit: a 2 KB verdict with 1,000 nested ``[`` in an
+    unknown field raised ``RecursionError`` past every ``except DecodeError``.
+    """
+    try:
+        check_json(data, MAX_VERDICT_BYTES, what=what)
+        return decoder.decode(data)
+    except msgspec.DecodeError:
+        raise
+    except LimitError as exc:
+        raise msgspec.DecodeError(str(exc)) from None
+    except Exception as exc:  # RecursionError, MemoryError, TypeError...: a reason, never a crash
+        raise msgspec.DecodeError(failure_reason(exc, what)) from None
+
+
 def decode_verdicts(data: bytes) -> list[Verdict]:
-    return _list_decoder.decode(data)
+    """A JSON array of verdicts; ``msgspec.DecodeError`` (with the reason) for anything else."""
+    return _guarded(_list_decoder, data, "verdict list")
 
 
 def decode_verdict(data: bytes) -> Verdict:
-    return _one_decoder.decode(data)
+    """One JSON verdict; ``msgspec.DecodeError`` (with the reason) for anything else."""
+    return _guarded(_one_decoder, data, "verdict")

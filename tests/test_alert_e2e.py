@@ -40,7 +40,10 @@ def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
 def test_opened_once_and_resolved_once_across_a_sigkill(kafka_bootstrap: str, tmp_path: Path) -> None:
     windows = detector_windows(tmp_path)
     opening = [w for w in windows if any(c >= 0.7 for _i, c in w.incidents)]
-    assert len(opening) == 3 and windows[-1].incidents == [], "the fixture run changed"
+    # 2-3 alarming windows, all among the first four (the job's first window, its warm-up, alarms on
+    # nothing by itself); the fault has stopped by the last one
+    assert 2 <= len(opening) <= 3 and all(w in windows[:4] for w in opening), "the fixture run changed"
+    assert windows[-1].incidents == [], "the fixture run changed"
     prefix = f"e{uuid.uuid4().hex[:8]}"
     verdicts, patterns = f"{prefix}.eroica.verdicts", f"{prefix}.eroica.patterns"
     hook = Webhook()

@@ -140,7 +140,7 @@ def test_empty_optional_string_reads_back_absent():
 
 
 def test_extreme_values_round_trip():
-    objs = [{**FN_FULL, "ts_ns": 2**63 - 1, "dur_ns": 2**63 - 1, "step": 2**63 - 1, "bytes": 2**63 - 1,
+    objs = [{**FN_FULL, "ts_ns": R.MAX_TS_NS, "dur_ns": R.MAX_DUR_NS, "step": 2**63 - 1, "bytes": 2**63 - 1,
              "rank": 2**31 - 1, "stream": 2**31 - 1, "job": "é" * 256, "stack": "😀" * 256}]
     assert C.to_records(cols_of(objs)) == objs
     g = [{**GPU_FULL, "gpu": 2**31 - 1, "mem_total_bytes": 2**53, "power_w": 1.7976931348623157e308}]
@@ -279,6 +279,8 @@ def test_concat_of_taken_batches():
 S256 = st.text(max_size=256)
 S256_NONEMPTY = st.text(min_size=1, max_size=256)  # "" reads back as absent for optional strings
 I64 = st.integers(0, 2**63 - 1)
+TS = st.integers(0, R.MAX_TS_NS)     # the contract's bounds on times and durations (telemetry-v1 "Bounds")
+DUR = st.integers(0, R.MAX_DUR_NS)
 I32 = st.integers(0, 2**31 - 1)
 F = st.floats(allow_nan=False, allow_infinity=False)
 # Integer counters ride in float64 columns: exact up to 2**53.
@@ -303,19 +305,19 @@ NIC_INTS = ("tx_discards", "rx_errors", "symbol_errors", "link_downed", "retrans
 
 RECORDS = {
     "fn": record("fn", {"job": S256, "node": S256, "rank": I32, "step": I64, "fn": S256,
-                        "kind": st.sampled_from(R.FN_KINDS), "ts_ns": I64, "dur_ns": I64},
+                        "kind": st.sampled_from(R.FN_KINDS), "ts_ns": TS, "dur_ns": DUR},
                  {"bytes": I64, "op": st.sampled_from(R.COLLECTIVE_OPS), "group": S256_NONEMPTY, "stream": I32,
                   "in_flight": st.just(True), "stack": S256_NONEMPTY}),
-    "gpu": record("gpu", {"job": S256, "node": S256, "rank": I32, "gpu": I32, "ts_ns": I64},
+    "gpu": record("gpu", {"job": S256, "node": S256, "rank": I32, "gpu": I32, "ts_ns": TS},
                   {**{k: F for k in GPU_FLOATS}, **{k: I53 for k in GPU_INTS}}),
-    "nic": record("nic", {"job": S256, "node": S256, "nic": S256, "ts_ns": I64},
+    "nic": record("nic", {"job": S256, "node": S256, "nic": S256, "ts_ns": TS},
                   {"port": I32, "tx_Bps": F, "rx_Bps": F, "link_gbps": F, "link_up": st.booleans(),
                    **{k: I53 for k in NIC_INTS}}),
-    "host": record("host", {"job": S256, "node": S256, "ts_ns": I64},
+    "host": record("host", {"job": S256, "node": S256, "ts_ns": TS},
                    {k: F for k in ("cpu_util_pct", "load1", "iowait_pct", "mem_used_pct", "steal_pct")}),
 }
 JOB_RECORD = record("job", {"job": S256, "world_size": st.integers(1, 2**31 - 1)},
-                    {"ts_ns": I64, "rank_nodes": st.lists(S256, max_size=5),
+                    {"ts_ns": TS, "rank_nodes": st.lists(S256, max_size=5),
                      "rank_stages": st.lists(I64, max_size=5), "rank_dp": st.lists(I64, max_size=5),
                      "dp": st.integers(1, 2**31 - 1), "tp": st.integers(1, 2**31 - 1),
                      "pp": st.integers(1, 2**31 - 1)})

@@ -209,9 +209,17 @@ def test_optional_null_means_absent():
 
 
 def test_int64_and_int32_limits_accepted():
-    rec = validate_line(line({**MINIMAL["fn"], "ts_ns": 2**63 - 1, "dur_ns": 2**63 - 1, "step": 2**63 - 1,
-                              "rank": 2**31 - 1, "stream": 2**31 - 1}))
-    assert rec.ts_ns == 2**63 - 1 and rec.rank == 2**31 - 1
+    rec = validate_line(line({**MINIMAL["fn"], "ts_ns": 2**62, "dur_ns": 7 * 24 * 3600 * 10**9, "step": 2**63 - 1,
+                              "bytes": 2**63 - 1, "rank": 2**31 - 1, "stream": 2**31 - 1}))
+    assert rec.ts_ns == 2**62 and rec.step == 2**63 - 1 and rec.rank == 2**31 - 1
+
+
+def test_time_and_duration_bounds_of_the_contract():
+    """ts_ns <= 2^62 and dur_ns <= one week (telemetry-v1 "Bounds"): no valid record overflows int64."""
+    for field, value in (("dur_ns", 7 * 24 * 3600 * 10**9 + 1), ("dur_ns", 7 * 10**18), ("ts_ns", 2**62 + 1)):
+        reason = reject(line({**MINIMAL["fn"], field: value}))
+        assert f"$.{field}" in reason and "<=" in reason
+    assert "$.ts_ns" in reject(line({**MINIMAL["gpu"], "ts_ns": 2**63 - 1}))
 
 
 def test_job_lists():
@@ -486,10 +494,11 @@ def test_invalid_records_carry_line_numbers_and_reasons():
     assert invalid[0].describe() == "f.jsonl:2: Expected `int` >= 0 - at `$.dur_ns`"
 
 
-def test_invalid_raw_is_a_bounded_prefix():
+def test_invalid_raw_is_the_whole_line():
+    """The dead letter keeps the whole rejected line (issue 10: a 4 KB prefix could not be replayed)."""
     raw = line({**MINIMAL["host"], "x": "y" * 50_000, "ts_ns": -1})
     (batch,) = parse_lines([(1, raw)])
-    assert batch.invalid[0].raw == raw[:4096]
+    assert batch.invalid[0].raw == raw
 
 
 # --------------------------------------------------------------------------

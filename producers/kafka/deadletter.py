@@ -1,33 +1,47 @@
 """Rejected input goes to the dead-letter topic, never silently away (telemetry-v1).
 
-Each message is JSON ``{"source", "line", "reason", "raw"}`` keyed by its
-source, so one file's rejects stay in order on one partition. ``raw`` is text
-(bytes that are not UTF-8 are replaced) and truncated to ``MAX_RAW_CHARS``: a
-dead letter explains a reject, it is not a second copy of a 1 MiB line.
+Each message is JSON keyed by its source, so one file's rejects stay in order
+on one partition::
+
+    {"source", "line", "reason",       # where (file, or topic/partition[@offset]) and why
+     "raw",                            # the rejected bytes, whole (see below)
+     "raw_encoding": "text"|"base64",  # base64 when the bytes are not UTF-8
+     "raw_bytes", "raw_sha256",        # size and SHA-256 of the whole rejected payload
+     "raw_truncated": bool}
+
+``raw`` holds the **whole** rejected line or message, so a dead letter can be
+replayed once its cause is fixed. Only when the dead letter would exceed
+``MAX_DEADLETTER_BYTES`` (under Kafka's default ``message.max.bytes`` of 1 MiB,
+so the dead letter itself is never refused by the broker) does it hold a
+*durable reference* instead: ``raw`` is then the first ``HEAD_BYTES`` bytes,
+``raw_truncated`` is true, and the original is found by ``source`` and
+``line`` (the file and line number; or ``topic/partition@offset`` and the line
+within an ingest message; or the topic/partition and offset of a Kafka
+message), its size and SHA-256 telling it is the same bytes. A line over the
+reader's own size bound is never held whole, so its ``raw`` is empty and
+``source``/``line`` are the reference.
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from eroica.models.deadletter import HEAD_BYTES, MAX_DEADLETTER_BYTES, encode_with_raw
 from eroica.models.reader import Invalid
 
 from .publisher import FramePublisher
 
-MAX_RAW_CHARS = 2048
-
-_encoder = msgspec.json.Encoder()
+MAX_RAW_CHARS = HEAD_BYTES  # kept for callers of the former truncating form
 
 
-def deadletter_record(invalid: Invalid, max_raw_chars: int = MAX_RAW_CHARS) -> dict:
-    """The dead-letter form of one rejected line."""
-    raw = invalid.raw.decode("utf-8", errors="replace")
-    return {"source": invalid.source, "line": invalid.line, "reason": invalid.reason,
-            "raw": raw[:max_raw_chars]}
+def deadletter_record(invalid: Invalid, max_bytes: int = MAX_DEADLETTER_BYTES) -> dict:
+    """The dead-letter form of one rejected line (a dict; see the module docstring)."""
+    return msgspec.json.decode(encode_deadletter(invalid, max_bytes))
 
 
-def encode_deadletter(invalid: Invalid, max_raw_chars: int = MAX_RAW_CHARS) -> bytes:
-    return _encoder.encode(deadletter_record(invalid, max_raw_chars))
+def encode_deadletter(invalid: Invalid, max_bytes: int = MAX_DEADLETTER_BYTES) -> bytes:
+    return encode_with_raw({"source": invalid.source, "line": invalid.line, "reason": invalid.reason},
+                           invalid.raw, max_bytes)
 
 
 def publish_invalid(publisher: FramePublisher, topic: str, invalid: Invalid) -> bool:

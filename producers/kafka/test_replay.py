@@ -102,7 +102,9 @@ def test_replay_round_trip_with_dead_letter_and_end_of_stream(kafka_bootstrap: s
     dead = kafka_consume(kafka_bootstrap, config.deadletter_topic, 3, lambda got: len(got) >= 1, timeout_s=10)
     assert len(dead) == 1
     letter = json.loads(dead[0].value())
-    assert set(letter) == {"source", "line", "reason", "raw"}
+    assert set(letter) == {"source", "line", "reason", "raw", "raw_encoding", "raw_bytes", "raw_sha256",
+                           "raw_truncated"}
+    assert letter["raw_encoding"] == "text" and not letter["raw_truncated"]
     assert letter["source"] == str(src) and letter["line"] == MALFORMED_LINE
     assert "dur_ns" in letter["reason"] and '"dur_ns": -5' in letter["raw"]
     assert dead[0].key().decode() == str(src)

@@ -14,6 +14,11 @@ The loop (the sink worker's commit discipline, with a webhook instead of an INSE
 4. **write the state file, then commit exactly the offsets read so far**, only
    when nothing is left to deliver.
 
+A message that cannot be decoded (or applied) goes to the dead-letter topic
+whole, with its reason (size and depth are bounded before decoding,
+``models/limits.py``), and is committed past once that dead letter is
+delivered: no message can stop the consumer or make it crash-loop.
+
 Crash anywhere: the committed offsets never cover a message whose effect is
 not in the state file, so nothing is lost; messages read again are applied
 again without effect, and notifications regenerated from them carry ids
@@ -37,9 +42,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgspec
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from eroica.models.verdict import Verdict
+from eroica.models.deadletter import encode_with_raw
+from eroica.models.limits import MAX_VERDICT_BYTES, LimitError, check_msgpack, failure_reason
+from eroica.models.verdict import Verdict, decode_verdict, decode_verdicts
 from eroica.producers.kafka.publisher import _RateLimitedLogger
 from eroica.stack import metrics
 from eroica.sinks.pausing import PartitionPause
@@ -68,9 +75,8 @@ class _WindowRef(msgspec.Struct, forbid_unknown_fields=False):
     window_end_ns: int
 
 
-_verdict_one = msgspec.json.Decoder(Verdict)
-_verdict_many = msgspec.json.Decoder(list[Verdict])
 _windows = msgspec.msgpack.Decoder(list[_WindowRef])
+_DEADLETTER_FLUSH_S = 5.0
 
 
 class _Rejected(ValueError):
@@ -78,21 +84,28 @@ class _Rejected(ValueError):
 
 
 def decode_verdict_message(value: bytes | None) -> list[Verdict]:
+    """The verdicts of one message; ``_Rejected`` with the reason for anything else (size and depth bounded)."""
     if not value:
         raise _Rejected("empty message")
     try:
-        return _verdict_many.decode(value) if value.lstrip()[:1] == b"[" else [_verdict_one.decode(value)]
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise _Rejected(f"invalid verdict: {exc}") from None
+        return decode_verdicts(value) if value.lstrip()[:1] == b"[" else [decode_verdict(value)]
+    except Exception as exc:  # DecodeError with its reason; nothing else can escape (models/limits.py)
+        raise _Rejected(f"invalid verdict: {' '.join(str(exc).split())[:500]}") from None
 
 
 def decode_window_message(value: bytes | None) -> set[tuple[str, int, int]]:
+    """The windows one patterns message covers; ``_Rejected`` with the reason for anything else."""
     if value is None:
         raise _Rejected("empty message")
     try:
+        check_msgpack(value, MAX_VERDICT_BYTES, what="window summaries message")
         rows = _windows.decode(value)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except LimitError as exc:
         raise _Rejected(f"invalid window summaries: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise _Rejected(f"invalid window summaries: {exc}") from None
+    except Exception as exc:  # RecursionError, MemoryError...: a reason, never a crash
+        raise _Rejected(f"invalid window summaries: {failure_reason(exc)}") from None
     return {(r.job, r.window_start_ns, r.window_end_ns) for r in rows}
 
 
@@ -103,6 +116,7 @@ class AlertStats:
     verdicts: int = 0
     windows: int = 0
     invalid: int = 0
+    deadletters: int = 0   # rejected messages delivered to the dead-letter topic
     delivered: dict[str, int] = field(default_factory=dict)   # event -> count
     refused: int = 0
     duplicates_skipped: int = 0
@@ -123,11 +137,13 @@ class AlertConsumer:
     injected by tests.
     """
 
-    def __init__(self, config: AlertConfig, *, consumer: Consumer | None = None,
+    def __init__(self, config: AlertConfig, *, consumer: Consumer | None = None, producer: Producer | None = None,
                  sender: Callable[..., Delivery] = post, clock: Callable[[], int] = time.time_ns,
                  serve_metrics: bool = False) -> None:
         self.config = config
         self._consumer = consumer
+        self._producer = producer          # dead letters only; made at the first one
+        self._deadletters: list[list] = []  # [key, value, state] not yet delivered: offsets wait for them
         self._send = sender
         self._clock = clock
         self._serve_metrics = serve_metrics
@@ -194,7 +210,8 @@ class AlertConsumer:
 
         k = self.config.kafka
         try:
-            create_topics(k.bootstrap, {t: k.partitions for t in self.config.topics}, timeout_s=10.0)
+            create_topics(k.bootstrap, {t: k.partitions for t in (*self.config.topics, k.deadletter_topic)},
+                          timeout_s=10.0)
         except BrokerError as exc:
             log.warning("%s; consuming anyway", exc)
 
@@ -221,6 +238,8 @@ class AlertConsumer:
                 consumer, self._consumer = self._consumer, None
                 self._closing = True
                 consumer.close()  # leaves the group; its revoke callback commits nothing now
+            if self._producer is not None:
+                self._producer.flush(_DEADLETTER_FLUSH_S)
         except (KafkaException, RuntimeError) as exc:
             log.warning("closing the consumer: %s", exc)
         finally:
@@ -257,13 +276,53 @@ class AlertConsumer:
                 for job, start, end in decode_window_message(msg.value()):
                     self.stats.windows += 1
                     self.state.tracker.observe_window(job, start, end, now)
-        except _Rejected as exc:
+        except Exception as exc:  # _Rejected, or a failure applying it: dead-lettered, never a crash loop
+            reason = str(exc) if isinstance(exc, _Rejected) else f"processing failed: {failure_reason(exc)}"
             self.stats.invalid += 1
-            metrics.invalid(COMPONENT, str(exc))
-            log.warning("skipping %s[%d]@%d: %s", topic, partition, offset, exc)
+            metrics.invalid(COMPONENT, reason)
+            log.warning("dead letter %s[%d]@%d: %s", topic, partition, offset, reason)
+            self._dead_letter(topic, partition, offset, msg.key(), msg.value(), reason)
         self._pending[(topic, partition)] = max(self._pending.get((topic, partition), 0), offset + 1)
         self._committed.pop((topic, partition), None)
         self._dirty = True
+
+    # -- dead letters ------------------------------------------------------------------------------
+    def _dead_letter(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                     reason: str) -> None:
+        """Queue the rejected message for the dead-letter topic (whole, or a reference past 900 KiB)."""
+        doc = {"source": topic, "line": offset, "partition": partition, "offset": offset,
+               "key": (key or b"").decode("utf-8", "replace"), "reason": reason}
+        self._deadletters.append([key, encode_with_raw(doc, value), None])
+        self._send_deadletters()
+
+    def _send_deadletters(self, flush_s: float = 0.0) -> bool:
+        """Produce what is queued; True once every dead letter is delivered (offsets may then be committed)."""
+        if not self._deadletters:
+            return True
+        if self._producer is None:
+            self._producer = Producer({"bootstrap.servers": self.config.kafka.bootstrap,
+                                       "client.id": "eroica-alert-deadletter", "enable.idempotence": True,
+                                       "logger": _RateLimitedLogger(logging.getLogger("eroica.kafka.librdkafka"))})
+        topic = self.config.kafka.deadletter_topic
+
+        def report(item: list) -> Callable[[Any, Any], None]:
+            def cb(err: Any, _msg: Any) -> None:
+                item[2] = "delivered" if err is None else "failed"
+            return cb
+
+        for item in self._deadletters:
+            if item[2] in (None, "failed"):
+                item[2] = "inflight"
+                try:
+                    self._producer.produce(topic, item[1], item[0], on_delivery=report(item))
+                except (BufferError, KafkaException) as exc:
+                    item[2] = "failed"
+                    self.stats.last_error = f"dead letter: {exc}"
+        self._producer.flush(flush_s) if flush_s else self._producer.poll(0)
+        done = [i for i in self._deadletters if i[2] == "delivered"]
+        self.stats.deadletters += len(done)
+        self._deadletters = [i for i in self._deadletters if i[2] != "delivered"]
+        return not self._deadletters
 
     # -- time passing ------------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -384,6 +443,9 @@ class AlertConsumer:
         """State file, then offsets: only with nothing left to deliver."""
         assert self.state is not None
         if self.state.outbox:
+            return
+        if not self._send_deadletters(_DEADLETTER_FLUSH_S):
+            log.warning("%d dead letter(s) not delivered yet; offsets not committed", len(self._deadletters))
             return
         self.state.save(self._clock())
         self._dirty = False

@@ -134,3 +134,33 @@ def test_webhook_down_then_up_delivers_once_and_commits_only_after(kafka_bootstr
     assert not getattr(consumer, "errors")
     assert webhook.events() == ["opened", "resolved"]
     assert consumer.stats.delivered == {"opened": 1, "resolved": 1}
+
+
+def test_a_1000_level_nested_message_is_dead_lettered_and_committed_past(kafka_bootstrap: str, webhook: Webhook,
+                                                                         kafka_consume, tmp_path: Path) -> None:
+    """Issue 10: the nested verdict / patterns message that took the sink down, on the alert consumer."""
+    import json
+
+    from sink_helpers import publish as publish_raw
+
+    windows = detector_windows(tmp_path)
+    cfg = _config(kafka_bootstrap, webhook, tmp_path)
+    nested = b"[" * 1000 + b"]" * 1000
+    poison_verdict = b'{"verdict_id":"x","deep":' + nested + b"}"
+    poison_window = b"\x91\x81\xa1x" + b"\x91" * 1000 + b"\x01"
+    consumer = AlertConsumer(cfg)
+    with running(consumer):
+        publish_raw(kafka_bootstrap, cfg.kafka.verdicts_topic, [(b"j", poison_verdict)])
+        publish_raw(kafka_bootstrap, cfg.kafka.patterns_topic, [(b"j", poison_window)])
+        publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.patterns_topic, windows[:3])
+        wait_for(lambda: webhook.events() == ["opened"], 30, "the incident opened from the valid verdicts")
+        wait_for(lambda: _committed_total(cfg, cfg.kafka.verdicts_topic) == 4, 30, "verdicts committed past the poison")
+        wait_for(lambda: _committed_total(cfg, cfg.kafka.patterns_topic) == 4, 30, "patterns committed past the poison")
+        assert consumer.stats.invalid == 2 and consumer.stats.deadletters == 2
+    assert not getattr(consumer, "errors")
+    letters = kafka_consume(kafka_bootstrap, cfg.kafka.deadletter_topic, PARTITIONS, lambda m: len(m) >= 2, 20)
+    docs = {d["source"]: d for d in (json.loads(m.value()) for m in letters)}
+    assert "nested" in docs[cfg.kafka.verdicts_topic]["reason"]
+    assert docs[cfg.kafka.verdicts_topic]["raw"].encode() == poison_verdict
+    assert "nested" in docs[cfg.kafka.patterns_topic]["reason"]
+    assert docs[cfg.kafka.patterns_topic]["raw_encoding"] == "base64"

@@ -22,15 +22,18 @@ per partition, the offset to commit once that INSERT succeeded.
 
 from __future__ import annotations
 
-import base64
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from eroica.models.deadletter import MAX_DEADLETTER_BYTES, encode_with_raw
+from eroica.models.limits import MAX_VERDICT_BYTES, LimitError, check_msgpack, failure_reason
 from eroica.models.summary import WindowSummary
 from eroica.models.verdict import Verdict
+from eroica.models.verdict import decode_verdict as _decode_one
+from eroica.models.verdict import decode_verdicts as _decode_many
 
 from .shaping import summary_row, verdict_row
 
@@ -39,10 +42,8 @@ __all__ = [
     "deadletter_value", "MAX_RAW_CHARS",
 ]
 
-MAX_RAW_CHARS = 2048
+MAX_RAW_CHARS = 4096  # former truncation of ``raw``; dead letters now keep the whole payload
 
-_verdict_one = msgspec.json.Decoder(Verdict)
-_verdict_many = msgspec.json.Decoder(list[Verdict])
 _summaries = msgspec.msgpack.Decoder(list[WindowSummary])
 _json = msgspec.json.Encoder()
 
@@ -59,10 +60,10 @@ def decode_verdicts(value: bytes | None) -> list[tuple[Verdict, tuple]]:
     """Verdicts of one message with their rows; RejectedMessage with a reason otherwise."""
     if not value:
         raise RejectedMessage("empty message (no verdict)")
-    try:
+    try:  # size and depth bounded before msgspec sees the bytes (models/limits.py)
         head = value.lstrip()[:1]
-        verdicts = _verdict_many.decode(value) if head == b"[" else [_verdict_one.decode(value)]
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        verdicts = _decode_many(value) if head == b"[" else [_decode_one(value)]
+    except Exception as exc:  # DecodeError with the reason; nothing else can escape
         raise RejectedMessage(f"invalid verdict: {_first_line(exc)}") from None
     if not verdicts:
         raise RejectedMessage("empty verdict list")
@@ -74,8 +75,8 @@ def decode_verdicts(value: bytes | None) -> list[tuple[Verdict, tuple]]:
             raise RejectedMessage(f"invalid verdict {v.verdict_id!r}: window ends before it starts")
         try:
             out.append((v, verdict_row(v)))
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise RejectedMessage(f"invalid verdict: {_first_line(exc)}") from None
+        except Exception as exc:  # ValueError, OverflowError, RecursionError...: a reason, never a crash
+            raise RejectedMessage(f"invalid verdict: {failure_reason(exc, 'verdict')}") from None
     return out
 
 
@@ -87,13 +88,18 @@ def decode_summaries(value: bytes | None, written_at_ns: int) -> list[tuple]:
     if value is None:
         raise RejectedMessage("empty message (no summary list)")
     try:
+        check_msgpack(value, MAX_VERDICT_BYTES, what="window summaries message")
         summaries = _summaries.decode(value)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except LimitError as exc:
+        raise RejectedMessage(f"invalid window summaries: {exc}") from None
+    except msgspec.DecodeError as exc:
         raise RejectedMessage(f"invalid window summaries: {_first_line(exc)}") from None
+    except Exception as exc:  # RecursionError, MemoryError...: a reason, never a crash
+        raise RejectedMessage(f"invalid window summaries: {failure_reason(exc)}") from None
     try:
         return [summary_row(s, written_at_ns) for s in summaries]
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise RejectedMessage(f"invalid window summary: {_first_line(exc)}") from None
+    except Exception as exc:  # ValueError, OverflowError...: a reason, never a crash
+        raise RejectedMessage(f"invalid window summary: {failure_reason(exc, 'window summary')}") from None
 
 
 def _text(data: bytes | None) -> str:
@@ -103,25 +109,17 @@ def _text(data: bytes | None) -> str:
 
 
 def deadletter_value(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                     reason: str, max_raw_chars: int = MAX_RAW_CHARS) -> bytes:
+                     reason: str, max_bytes: int = MAX_DEADLETTER_BYTES) -> bytes:
     """The dead-letter message for one rejected input message (JSON).
 
-    Binary payloads (msgpack) are not text: ``raw`` then holds their base64
-    (``raw_encoding: "base64"``), truncated like any other raw excerpt.
+    ``raw`` holds the whole message: as text, or base64 (``raw_encoding``) when
+    it is binary (msgpack) or not UTF-8. Past ``max_bytes`` it holds the first
+    bytes only (``raw_truncated``), and the message is found again by its
+    topic, partition and offset, checked by ``raw_bytes`` and ``raw_sha256``
+    (``models/deadletter.py``).
     """
-    raw: str
-    encoding = "text"
-    if value is None:
-        raw = ""
-    else:
-        try:
-            raw = value.decode("utf-8")
-        except UnicodeDecodeError:
-            raw, encoding = base64.b64encode(value[: max_raw_chars]).decode("ascii"), "base64"
-    return _json.encode({
-        "source": topic, "line": offset, "partition": partition, "offset": offset,
-        "key": _text(key), "reason": reason, "raw": raw[:max_raw_chars], "raw_encoding": encoding,
-    })
+    return encode_with_raw({"source": topic, "line": offset, "partition": partition, "offset": offset,
+                            "key": _text(key), "reason": reason}, value, max_bytes)
 
 
 @dataclass
@@ -137,6 +135,7 @@ class DecodedMessage:
     deadletter: bytes | None = None  # set when the message was rejected
     # Dead-letter delivery: None (not sent), "inflight", "delivered" or "failed" (send again).
     deadletter_state: str | None = None
+    raw: bytes | None = None  # the message value, for a dead letter should ClickHouse refuse its rows
 
     @property
     def rows(self) -> int:

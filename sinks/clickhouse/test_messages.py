@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -75,11 +76,17 @@ def test_summaries_keep_nan_and_carry_the_version() -> None:
     assert WindowSummary  # the decoder's type
 
 
-def test_deadletter_keeps_position_reason_and_an_excerpt() -> None:
+def test_deadletter_keeps_position_reason_and_the_whole_payload() -> None:
     doc = json.loads(deadletter_value("eroica.verdicts", 3, 41, b"job-1", b"{bad" * 1000, "invalid verdict: x"))
     assert doc["source"] == "eroica.verdicts" and doc["partition"] == 3 and doc["offset"] == doc["line"] == 41
     assert doc["key"] == "job-1" and doc["reason"] == "invalid verdict: x"
-    assert len(doc["raw"]) == 2048 and doc["raw_encoding"] == "text"
+    assert doc["raw"] == "{bad" * 1000 and doc["raw_encoding"] == "text" and not doc["raw_truncated"]
+    assert doc["raw_bytes"] == 4000 and doc["raw_sha256"] == hashlib.sha256(b"{bad" * 1000).hexdigest()
+    # past the bound: a durable reference (topic/partition/offset, size, sha256) and the first bytes
+    big = b"x" * (2 << 20)
+    ref = json.loads(deadletter_value("eroica.verdicts", 3, 42, None, big, "too big"))
+    assert ref["raw_truncated"] and ref["raw"] == "x" * 4096 and ref["raw_bytes"] == len(big)
+    assert ref["raw_sha256"] == hashlib.sha256(big).hexdigest() and (ref["partition"], ref["offset"]) == (3, 42)
     binary = json.loads(deadletter_value("eroica.patterns", 0, 1, None, b"\xc1\xff", "r"))
     assert binary["raw_encoding"] == "base64" and binary["raw"] == "wf8="
 

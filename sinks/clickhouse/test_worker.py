@@ -8,6 +8,7 @@ commits the last batch.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from collections.abc import Callable
@@ -110,6 +111,43 @@ def test_invalid_messages_go_to_the_dead_letter_topic_and_do_not_block(
     assert [d["offset"] for d in docs[1:]] == [pos[1][1], pos[3][1], pos[4][1], pos[6][1]]
     assert all(d["partition"] == p and d["key"] == "job-1" for d in docs[1:])
     assert docs[1]["raw"] == "{this is not json"
+
+
+def test_a_1000_level_nested_message_is_dead_lettered_whole_and_committed_past(
+    kafka_bootstrap: str, kafka_names, kafka_consume, clickhouse_config: ClickHouseConfig,
+    make_verdict: Callable[..., Verdict],
+) -> None:
+    """Issue 10: a 2 KB verdict or patterns message with a 1,000-level nested unknown field raised
+    RecursionError outside the decoders' handling; the sink re-read it after every restart and stayed failed."""
+    kafka = kafka_for(kafka_bootstrap, kafka_names.prefix)
+    config = worker_config(kafka, clickhouse_config)
+    good = [make_verdict(rank=i) for i in range(2)]
+    doc = encode_verdict(good[0])
+    poison_verdict = doc[:-1] + b',"x":' + b"[" * 1000 + b"]" * 1000 + b"}"
+    summary = msgspec.msgpack.encode(_summary("job-1", 0))
+    # the same unknown field in a window summary map (msgpack): one more key whose value nests 1,000 arrays
+    poison_patterns = b"\x91" + bytes([summary[0] + 1]) + summary[1:] + b"\xa1x" + b"\x91" * 1000 + b"\x01"
+    assert len(poison_verdict) < 3000
+    with running_worker(config) as worker:
+        sink = worker.sink
+        assert sink is not None
+        pos = publish(kafka_bootstrap, kafka.verdicts_topic,
+                      [(b"job-1", encode_verdict(good[0])), (b"job-1", poison_verdict),
+                       (b"job-1", encode_verdict(good[1]))])
+        spos = publish(kafka_bootstrap, config.patterns_topic, [(b"job-1", poison_patterns)])
+        wait_for(lambda: committed(kafka_bootstrap, config.group_id, kafka.verdicts_topic) == end_offsets(pos),
+                 20, "offsets committed past the nested verdict")
+        wait_for(lambda: committed(kafka_bootstrap, config.group_id, config.patterns_topic) == end_offsets(spos),
+                 20, "offsets committed past the nested patterns message")
+        assert {v.verdict_id for v in sink.query_verdicts(limit=None)} == {v.verdict_id for v in good}
+        assert worker.stats.deadletters == 2 and worker.stats.clickhouse == "up"
+    letters = kafka_consume(kafka_bootstrap, kafka.deadletter_topic, kafka.partitions, lambda m: len(m) >= 2, 20)
+    docs = {d["source"]: d for d in (json.loads(m.value()) for m in letters)}
+    v, p = docs[kafka.verdicts_topic], docs[config.patterns_topic]
+    assert "nested" in v["reason"] and "over the bound" in v["reason"]
+    assert v["raw"].encode() == poison_verdict and not v["raw_truncated"] and v["offset"] == pos[1][1]
+    assert "nested" in p["reason"] and p["raw_encoding"] == "base64"
+    assert base64.b64decode(p["raw"]) == poison_patterns
 
 
 def test_sigterm_stores_and_commits_the_last_batch(

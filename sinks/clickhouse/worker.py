@@ -42,13 +42,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from eroica.models.limits import failure_reason
 from eroica.producers.kafka.publisher import _RateLimitedLogger
 from eroica.stack import metrics
 from eroica.sinks.pausing import PartitionPause
 
 from .client import ClickHouseError, ClickHouseUnavailableError
 from .config import RetryPolicy
-from .endpoint import remove_endpoint_file, write_endpoint_file
+from .endpoint import TOKEN_FILE, ensure_token_file, remove_endpoint_file, write_endpoint_file
 from .messages import DecodedMessage, PendingBatch, RejectedMessage, deadletter_value, decode_summaries, decode_verdicts
 from .schema import SUMMARY_NAMES, VERDICT_NAMES
 from .shaping import batched
@@ -190,11 +191,21 @@ class SinkWorker:
         from .http_api import QueryServer
 
         assert self.sink is not None
-        self._http = QueryServer(self.sink, self.config.http_port, health=self.stats.as_dict).start()
-        if self._ch_config.backend == "chdb" and self._ch_config.chdb_path != ":memory:":
+        on_chdb_dir = self._ch_config.backend == "chdb" and self._ch_config.chdb_path != ":memory:"
+        token_file = self.config.token_file
+        if token_file is None:
+            if on_chdb_dir:
+                token_file = os.path.join(self._ch_config.chdb_path, TOKEN_FILE)
+            else:
+                import tempfile
+
+                token_file = os.path.join(tempfile.mkdtemp(prefix="eroica-sink-"), TOKEN_FILE)
+        token = ensure_token_file(token_file)
+        self._http = QueryServer(self.sink, self.config.http_port, health=self.stats.as_dict, token=token).start()
+        if on_chdb_dir:
             self._endpoint_dir = self._ch_config.chdb_path
-            write_endpoint_file(self._endpoint_dir, self._http.url, self._ch_config.target)
-        log.info("sink query endpoint on %s", self._http.url)
+            write_endpoint_file(self._endpoint_dir, self._http.url, self._ch_config.target, token_file)
+        log.info("sink query endpoint on %s (token in %s)", self._http.url, token_file)
 
     def _ensure_schema(self) -> None:
         """Create the tables, waiting (with backoff) for a server that is not up yet."""
@@ -301,7 +312,7 @@ class SinkWorker:
         key, value = msg.key(), msg.value()
         self.stats.consumed += 1
         metrics.records_in(COMPONENT, topic)
-        out = DecodedMessage(topic, partition, offset, key)
+        out = DecodedMessage(topic, partition, offset, key, raw=value)
         try:
             if topic == self.config.patterns_topic:
                 out.summary_rows = decode_summaries(value, _version_ns(msg))
@@ -310,10 +321,12 @@ class SinkWorker:
                 out.verdict_rows = [row for _, row in decoded]
                 for v, _row in decoded:  # the detector's delay, as the verdicts record it
                     metrics.detection_delay(COMPONENT, (v.detected_at_ns - v.window_end_ns) / 1e9)
-        except RejectedMessage as exc:
-            out.deadletter = deadletter_value(topic, partition, offset, key, value, str(exc))
-            metrics.invalid(COMPONENT, str(exc))
-            log.warning("dead letter %s[%d]@%d: %s", topic, partition, offset, exc)
+        except Exception as exc:  # RejectedMessage, or anything else: dead-lettered, committed past, never a crash loop
+            reason = str(exc) if isinstance(exc, RejectedMessage) else f"processing failed: {failure_reason(exc)}"
+            out.verdict_rows, out.summary_rows = [], []
+            out.deadletter = deadletter_value(topic, partition, offset, key, value, reason)
+            metrics.invalid(COMPONENT, reason)
+            log.warning("dead letter %s[%d]@%d: %s", topic, partition, offset, reason)
         self._batch.add(out, self._clock())
 
     # -- storing ----------------------------------------------------------------------
@@ -404,7 +417,7 @@ class SinkWorker:
                 raise
             except ClickHouseError as exc:
                 reason = f"ClickHouse refused the rows: {exc}"
-                m.deadletter = deadletter_value(m.topic, m.partition, m.offset, m.key, None, reason)
+                m.deadletter = deadletter_value(m.topic, m.partition, m.offset, m.key, m.raw, reason)
                 m.verdict_rows, m.summary_rows = [], []
                 log.warning("dead letter %s[%d]@%d: %s", m.topic, m.partition, m.offset, reason)
 

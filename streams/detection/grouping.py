@@ -17,13 +17,37 @@ def dense_ids(*keys: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
     if len(keys) == 1:
         combined = keys[0].astype(np.int64)
     else:
+        ks = [k.astype(np.int64) for k in keys]
+        # The keys are packed into one int64 (key 0 most significant) when that cannot
+        # overflow; otherwise (a step number near 2^63 is a valid record) sorted row-wise,
+        # which gives the very same ids, in the same order, and the same representatives.
+        space = 1
+        for k in ks:
+            space *= int(k.max()) + 2 if k.size else 1
+        if space >= 2**63 or any(k.size and int(k.min()) < -1 for k in ks):
+            return _dense_ids_sorted(ks)
         combined = np.zeros(keys[0].shape, dtype=np.int64)
-        for k in keys:
-            k = k.astype(np.int64)
+        for k in ks:
             width = int(k.max()) + 2 if k.size else 1
             combined = combined * width + (k + 1)
     uniq, first, ids = np.unique(combined, return_index=True, return_inverse=True)
     return ids.astype(np.int64), int(uniq.size), first
+
+
+def _dense_ids_sorted(ks: list[np.ndarray]) -> tuple[np.ndarray, int, np.ndarray]:
+    """:func:`dense_ids` by a stable lexicographic sort: ids in key order, first occurrence as representative."""
+    n = ks[0].size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0, np.zeros(0, dtype=np.intp)
+    order = np.lexsort(ks[::-1])  # lexsort's last key is the primary one
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for k in ks:
+        sk = k[order]
+        change[1:] |= sk[1:] != sk[:-1]
+    ids = np.empty(n, dtype=np.int64)
+    ids[order] = np.cumsum(change) - 1
+    return ids, int(change.sum()), order[change]
 
 
 def group_sum(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

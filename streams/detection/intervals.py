@@ -44,13 +44,35 @@ def covered(hs: np.ndarray, he: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
     return upto(b) - upto(a)
 
 
+# Slots laid end to end must stay below this on the shared int64 axis.
+_AXIS_LIMIT = 2**62
+
+
 def exclusive_time(
     slot: np.ndarray, start: np.ndarray, end: np.ndarray, level: np.ndarray, span: int
 ) -> np.ndarray:
     """Per event, its time not covered by higher-priority (lower ``level``) events on its slot.
 
     ``start``/``end`` are relative to a common origin and lie in ``[0, span)``.
+    Slots are laid end to end on one int64 axis; when ``slots * span`` would not
+    fit (many ranks, long durations: 15,000 ranks and week-long spans), they are
+    taken in groups that fit, with the same result (slots never interact).
     """
+    n_slots = int(slot.max()) + 1 if slot.size else 0
+    per = max(1, _AXIS_LIMIT // max(int(span), 1))
+    if n_slots <= per:
+        return _exclusive_time(slot, start, end, level, span)
+    out = np.zeros(slot.size, dtype=np.int64)
+    for lo in range(0, n_slots, per):
+        sel = np.flatnonzero((slot >= lo) & (slot < lo + per))
+        if sel.size:
+            out[sel] = _exclusive_time(slot[sel] - lo, start[sel], end[sel], level[sel], span)
+    return out
+
+
+def _exclusive_time(
+    slot: np.ndarray, start: np.ndarray, end: np.ndarray, level: np.ndarray, span: int
+) -> np.ndarray:
     off = slot.astype(np.int64) * np.int64(span)
     s = start.astype(np.int64) + off
     e = end.astype(np.int64) + off

@@ -177,7 +177,7 @@ class DetectorCore:
             msg = decode_message(value)
         except MessageError as exc:
             self.stats.corrupt += 1
-            bad = Invalid(f"{source}/{partition}", offset, str(exc), bytes((value or b"")[:4096]))
+            bad = Invalid(f"{source}/{partition}", offset, str(exc), bytes(value or b""))
             return Output([Send(DEADLETTER, bad.source.encode(), encode_deadletter(bad))], acks=[token])
         js = self._job(msg.job, partition)
         st = js.state

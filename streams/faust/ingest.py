@@ -2,8 +2,10 @@
 
 A message on the ingest topic holds one or many JSON lines (telemetry-v1).
 They are validated by the same reader as files
-(:func:`~eroica.models.reader.parse_lines`); each invalid line goes to the
-dead-letter topic with its reason, valid records are cut into frames keyed
+(:func:`~eroica.models.reader.parse_lines`), each line on its own with its size
+and nesting bounded first, so a bad line never takes its neighbours with it:
+each invalid line goes to the dead-letter topic with its reason and the whole
+line (``source`` ``topic/partition@offset`` and ``line`` locate it), valid records are cut into frames keyed
 ``job/rank`` / ``job/node`` exactly as ``eroica replay`` sends them, and job
 records become job messages keyed by job. The summariser then treats them like
 any other frames, so there is one windowing path, whatever the collector.
@@ -42,7 +44,7 @@ def ingest_message(data: bytes | None, source: str, frame_records: int = DEFAULT
     sends: list[Send] = []
     if not data:
         return sends, counts
-    for batch in parse_lines(_numbered(data), source, max_line_bytes=max_line_bytes):
+    for batch in parse_lines(_numbered(data), source, max_line_bytes=max_line_bytes, line_limit=max_line_bytes):
         for bad in batch.invalid:
             sends.append(Send(DEADLETTER, source.encode(), encode_deadletter(bad)))
             counts["invalid"] += 1

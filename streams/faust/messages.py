@@ -28,6 +28,7 @@ from typing import Union
 import msgspec
 
 from eroica.models.digest import DIGEST_VERSION, WindowDigest
+from eroica.models.limits import MAX_MESSAGE_BYTES, LimitError, check_msgpack, failure_reason
 from eroica.models.records import JobRecord
 
 MESSAGE_VERSION = 1
@@ -83,10 +84,16 @@ def encode_message(msg: SummaryMsg) -> bytes:
 
 
 def decode_message(data: bytes) -> SummaryMsg:
+    """The message, or MessageError with the reason, whatever ``data`` holds (size and depth bounded first)."""
     try:
+        check_msgpack(data, MAX_MESSAGE_BYTES, what="summaries message")
         msg = _decoder.decode(data)
+    except LimitError as exc:
+        raise MessageError(f"not a summaries message: {exc}") from None
     except msgspec.DecodeError as exc:
         raise MessageError(f"not a summaries message: {exc}") from None
+    except Exception as exc:  # RecursionError, MemoryError, TypeError...: a reason, never a crash
+        raise MessageError(f"not a summaries message: {failure_reason(exc)}") from None
     if msg.v != MESSAGE_VERSION:
         raise MessageError(f"unknown summaries message version {msg.v} (this reader knows {MESSAGE_VERSION})")
     if isinstance(msg, DigestMsg) and msg.digest.version != DIGEST_VERSION:

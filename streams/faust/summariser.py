@@ -429,5 +429,5 @@ class PartitionSummariser:
     def _dead(self, value: bytes, offset: int, reason: str, token: Any) -> Step:
         self.stats.corrupt += 1
         metrics.invalid("summariser", reason)
-        invalid = Invalid(self.source, offset, reason, bytes(value[:4096]))
+        invalid = Invalid(self.source, offset, reason, bytes(value))  # whole: encode_deadletter bounds it
         return Step([Send(DEADLETTER, self.source.encode(), encode_deadletter(invalid))], [token])

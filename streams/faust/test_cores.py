@@ -334,3 +334,54 @@ def test_settings_from_env() -> None:
         WorkerSettings.from_env({"EROICA_IDLE_CLOSE_S": "soon"})
     with pytest.raises(ValueError, match="EROICA_WEB_PORT"):
         WorkerSettings.from_env({"EROICA_WEB_PORT": "99999"})
+
+
+def _with_line(path: Path, at: int, record: dict, name: str) -> Path:
+    import json
+
+    lines = path.read_bytes().split(b"\n")
+    lines.insert(at, json.dumps(record).encode())
+    out = path.with_name(name)
+    out.write_bytes(b"\n".join(lines))
+    return out
+
+
+@pytest.mark.parametrize("dur_ns", [7 * 10**18, "max"])
+def test_an_extreme_duration_gives_the_same_verdicts_in_batch_and_stream(tmp_path: Path, dur_ns) -> None:
+    """Issue 10: one contract-valid ``dur_ns`` of 7e18 made the stream (not the batch) blame two
+    innocent ranks as ``python`` at 0.99. Now 7e18 is beyond the contract's bound (one week) and
+    rejected with its reason, and a duration at the bound gives the same verdicts on both paths."""
+    import json
+
+    from eroica.models.records import MAX_DUR_NS
+
+    path = _simulate(tmp_path, SCENARIOS[0])
+    first = json.loads(path.read_bytes().split(b"\n")[50])
+    assert first["type"] == "fn"
+    rec = {**first, "rank": 3, "kind": "python", "fn": "train.step",
+           "dur_ns": MAX_DUR_NS if dur_ns == "max" else dur_ns}
+    odd = _with_line(path, 60, rec, "odd.jsonl")
+    rejects = [i for b in read_batches(odd) for i in b.invalid]
+    if dur_ns == "max":
+        assert rejects == []
+    else:
+        assert len(rejects) == 1 and "$.dur_ns" in rejects[0].reason and "<= 604800000000000" in rejects[0].reason
+        assert _reference(odd) == _reference(path)
+    ref = _reference(odd)
+    for partitions, seed in ((8, 0), (3, 1)):
+        pipe = _Pipeline(partitions)
+        pipe.run(_messages(odd, partitions), seed)
+        assert sorted(v.verdict_id for v in pipe.verdicts) == ref
+        assert not any(v.component == "python" and v.confidence >= 0.5 for v in pipe.verdicts
+                       if dur_ns != "max")
+
+
+def test_a_frame_beyond_the_contract_bounds_is_dead_lettered() -> None:
+    """A producer that frames without validating (it skips the JSON reader) cannot overflow the summariser."""
+    cols = from_records("fn", [FnRecord(job="j", node="n", rank=r, step=0, fn="f", kind="kernel",
+                                        ts_ns=10**18, dur_ns=7 * 10**18 if r == 1 else 5) for r in range(3)])
+    ps = PartitionSummariser("raw/0", W, W, 2 * W)
+    step = ps.on_message(b"j/1", encode_frame(cols), "tok", 0.0, 9)
+    assert step.acks == ["tok"] and [s.topic for s in step.sends] == [DEADLETTER]
+    doc = msgspec.json.decode(step.sends[0].value)
+    assert "dur_ns outside [0, 604800000000000]" in doc["reason"] and doc["line"] == 9

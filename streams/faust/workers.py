@@ -22,6 +22,7 @@ from typing import Any, Iterable
 import faust
 
 from eroica.models.reader import Invalid
+from eroica.models.limits import failure_reason
 from eroica.producers.kafka.config import KafkaConfig
 from eroica.producers.kafka.deadletter import encode_deadletter
 from eroica.stack import metrics
@@ -120,7 +121,7 @@ class _Outputs:
 def _failed(source: str, offset: int, value: bytes | None, exc: BaseException, token: Any) -> Step:
     """A message whose processing raised: logged, dead-lettered, acknowledged; the worker goes on."""
     log.exception("processing %s@%d failed; dead-lettered", source, offset)
-    bad = Invalid(source, offset, f"processing failed: {type(exc).__name__}: {exc}", bytes((value or b"")[:4096]))
+    bad = Invalid(source, offset, f"processing failed: {failure_reason(exc)}", bytes(value or b""))
     return Step([Send(DEADLETTER, source.encode(), encode_deadletter(bad))], [token])
 
 

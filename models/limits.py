@@ -1,0 +1,246 @@
+"""Bounds every decoder checks *before* bytes reach msgspec, msgpack or json (poison-proof input).
+
+msgspec (0.22) has no nesting-depth or size option: it recurses once per
+nesting level, also while *skipping* an unknown field, and stops only at
+Python's recursion limit with a ``RecursionError`` (not a ``DecodeError``), so
+a 2 KB line of 1,000 ``[`` escaped every ``except msgspec.DecodeError`` and
+crashed its consumer. The msgpack library stops at its own fixed stack of 1024.
+So each decoder first calls :func:`check_json` or :func:`check_msgpack`, which
+refuse a payload above a size bound or nested deeper than ``MAX_DEPTH`` with a
+:class:`LimitError` whose text is the reason; then decodes; and turns *any*
+other exception (``RecursionError``, ``MemoryError``, ``UnicodeDecodeError``,
+``OverflowError``...) into its own error type with :func:`failure_reason`.
+
+Both pre-scans are linear and cheap: the JSON one counts the bytes ``[`` and
+``{`` (a line with no more openers than the bound cannot be deeper: the usual
+case, one C pass) and only otherwise masks strings and takes a running sum of
+brackets with numpy; the msgpack one walks the headers, skipping string, binary
+and number payloads by their length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# No Eroica message or contract record is nested more than ~6 levels (a verdict's
+# evidence: dict of dict of list); 64 leaves room for collectors' extensions.
+MAX_DEPTH = 64
+# Messages on Eroica's own topics (frames, digests, summaries): far above any
+# real one (a frame of 1000 records is ~100 KB, a 1,024-rank digest a few MB),
+# far below what hurts a worker.
+MAX_MESSAGE_BYTES = 64 << 20
+# A verdict message or a patterns (window summaries) message.
+MAX_VERDICT_BYTES = 16 << 20
+
+
+class LimitError(ValueError):
+    """A payload over a decoder's size or depth bound; ``str()`` is the reason."""
+
+
+def failure_reason(exc: BaseException, what: str = "message") -> str:
+    """One line naming any decode failure, for a dead letter (never raises)."""
+    try:
+        text = " ".join(str(exc).split())[:500]
+    except Exception:  # pragma: no cover - a str() that fails
+        text = ""
+    if isinstance(exc, LimitError):
+        return text
+    if isinstance(exc, RecursionError):
+        return f"undecodable {what}: nested too deeply (RecursionError: {text})"
+    if isinstance(exc, MemoryError):
+        return f"undecodable {what}: too large to decode (MemoryError)"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"undecodable {what}: invalid UTF-8 ({text})"
+    return f"undecodable {what}: {type(exc).__name__}: {text}"
+
+
+def _size(data: bytes | bytearray | memoryview, max_bytes: int, what: str) -> None:
+    if len(data) > max_bytes:
+        raise LimitError(f"{what} of {len(data)} bytes is over the {max_bytes}-byte bound")
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+
+_OPEN = (ord("["), ord("{"))
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
+
+
+_SPECIAL = np.zeros(256, dtype=bool)
+_SPECIAL[[ord(c) for c in '"\\[]{}']] = True
+
+
+def json_depth(data: bytes | bytearray | memoryview) -> int:
+    """Deepest bracket nesting of a JSON text, brackets inside strings not counted.
+
+    Exact on valid JSON; on invalid JSON it may be off only *after* the first
+    error, where a parser stops anyway. Works on the positions of the few
+    special bytes only (quotes, backslashes, brackets), all in numpy.
+    """
+    arr = np.frombuffer(data, dtype=np.uint8)
+    pos = np.flatnonzero(_SPECIAL[arr])
+    if pos.size == 0:
+        return 0
+    ch = arr[pos]
+    bs_pos = pos[ch == _BACKSLASH]
+    q_pos = pos[ch == _QUOTE]
+    real = np.ones(q_pos.size, dtype=bool)
+    if bs_pos.size and q_pos.size:
+        # A quote is escaped when an odd run of backslashes ends right before it.
+        new_run = np.ones(bs_pos.size, dtype=bool)
+        new_run[1:] = np.diff(bs_pos) != 1
+        run_start = bs_pos[np.flatnonzero(new_run)][np.cumsum(new_run) - 1]
+        j = np.searchsorted(bs_pos, q_pos) - 1
+        ok = j >= 0
+        jj = np.where(ok, j, 0)
+        touching = ok & (bs_pos[jj] == q_pos - 1)
+        run = np.where(touching, q_pos - run_start[jj], 0)
+        real = (run & 1) == 0
+    is_quote = np.zeros(pos.size, dtype=bool)
+    is_quote[ch == _QUOTE] = real
+    inside = (np.cumsum(is_quote) & 1).astype(bool)  # an opening quote counts as inside, a closing one not
+    outside = ~inside & ~is_quote
+    step = np.where((ch == _OPEN[0]) | (ch == _OPEN[1]), 1, np.where((ch == ord("]")) | (ch == ord("}")), -1, 0))
+    step = np.where(outside, step, 0)
+    return int(np.cumsum(step).max(initial=0))
+
+
+def check_json(data: bytes | bytearray | memoryview, max_bytes: int, max_depth: int = MAX_DEPTH,
+               what: str = "message") -> None:
+    """LimitError if ``data`` is over ``max_bytes`` or nested deeper than ``max_depth``."""
+    _size(data, max_bytes, what)
+    raw = bytes(data) if not isinstance(data, bytes) else data
+    if raw.count(b"[") + raw.count(b"{") <= max_depth:
+        return  # cannot be deeper than it has openers: the usual case, two C passes
+    depth = json_depth(raw)
+    if depth > max_depth:
+        raise LimitError(f"{what} nested {depth} levels deep, over the bound of {max_depth}")
+
+
+# ---------------------------------------------------------------------------------------------
+# msgpack
+
+# Per first byte: (payload length or -1 for "read a length field", length-field bytes,
+# container kind: 0 scalar, 1 array, 2 map). Built once.
+def _table() -> list[tuple[int, int, int, int]]:
+    t: list[tuple[int, int, int, int]] = []   # (fixed payload, length bytes, container, inline count)
+    for b in range(256):
+        if b <= 0x7F or b >= 0xE0 or b in (0xC0, 0xC2, 0xC3):
+            t.append((0, 0, 0, 0))
+        elif 0x80 <= b <= 0x8F:
+            t.append((0, 0, 2, b & 0x0F))
+        elif 0x90 <= b <= 0x9F:
+            t.append((0, 0, 1, b & 0x0F))
+        elif 0xA0 <= b <= 0xBF:
+            t.append((b & 0x1F, 0, 0, 0))
+        elif b in (0xC4, 0xD9):
+            t.append((0, 1, 0, 0))
+        elif b in (0xC5, 0xDA):
+            t.append((0, 2, 0, 0))
+        elif b in (0xC6, 0xDB):
+            t.append((0, 4, 0, 0))
+        elif b == 0xC7:
+            t.append((1, 1, 0, 0))   # ext 8: length, then type byte + data
+        elif b == 0xC8:
+            t.append((1, 2, 0, 0))
+        elif b == 0xC9:
+            t.append((1, 4, 0, 0))
+        elif b == 0xCA:
+            t.append((4, 0, 0, 0))
+        elif b == 0xCB:
+            t.append((8, 0, 0, 0))
+        elif b in (0xCC, 0xD0):
+            t.append((1, 0, 0, 0))
+        elif b in (0xCD, 0xD1):
+            t.append((2, 0, 0, 0))
+        elif b in (0xCE, 0xD2):
+            t.append((4, 0, 0, 0))
+        elif b in (0xCF, 0xD3):
+            t.append((8, 0, 0, 0))
+        elif 0xD4 <= b <= 0xD8:
+            t.append((1 + (1 << (b - 0xD4)), 0, 0, 0))  # fixext: type byte + 1/2/4/8/16
+        elif b == 0xDC:
+            t.append((0, 2, 1, 0))
+        elif b == 0xDD:
+            t.append((0, 4, 1, 0))
+        elif b == 0xDE:
+            t.append((0, 2, 2, 0))
+        elif b == 0xDF:
+            t.append((0, 4, 2, 0))
+        else:  # 0xC1: never used
+            t.append((-1, 0, 0, 0))
+    return t
+
+
+_MSGPACK = _table()
+_RUN = 1 << 16
+_F64 = b"\xcb" * _RUN
+_FIXINT = bytes(range(0x80)) + bytes(range(0xE0, 0x100))
+
+
+def msgpack_depth(data: bytes | bytearray | memoryview, max_depth: int = MAX_DEPTH, what: str = "message") -> int:
+    """Deepest container nesting of one msgpack object; LimitError as soon as it passes ``max_depth``.
+
+    Only headers are visited (payloads are skipped by length), so the cost is
+    one step per value, never per byte. Truncated input or trailing bytes are
+    left for the decoder to report; the 0xC1 byte is refused here.
+    """
+    buf = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+    n = len(buf)
+    table = _MSGPACK
+    pos = 0
+    stack: list[int] = []   # values still to read in each open container
+    deepest = 0
+    remaining = 1           # values still to read at the current level
+    while pos < n:
+        if remaining == 0:
+            if not stack:
+                break       # one whole object read: trailing bytes are the decoder's to refuse
+            remaining = stack.pop()
+            continue
+        b = buf[pos]
+        fixed, lbytes, kind, count = table[b]
+        if fixed < 0:
+            raise LimitError(f"{what} is not msgpack: byte 0xc1 at offset {pos}")
+        pos += 1
+        remaining -= 1
+        if lbytes:
+            length = int.from_bytes(buf[pos:pos + lbytes], "big")
+            pos += lbytes
+        else:
+            length = count
+        if kind:
+            items = length * 2 if kind == 2 else length
+            if kind == 1 and items and pos < n:
+                # Fast paths for the arrays digests are made of: all float64, or all one-byte ints.
+                first = buf[pos]
+                skip = 0
+                if items <= _RUN:
+                    if first == 0xCB and buf[pos:pos + 9 * items:9] == _F64[:items]:
+                        skip = 9 * items
+                    elif (first < 0x80 or first >= 0xE0) and not bytes(buf[pos:pos + items]).translate(None, _FIXINT):
+                        skip = items
+                if skip:
+                    pos += skip
+                    if len(stack) + 1 > deepest:
+                        deepest = len(stack) + 1
+                        if deepest > max_depth:
+                            raise LimitError(f"{what} nested more than {max_depth} levels deep, over the bound")
+                    continue
+            if items:
+                stack.append(remaining)
+                remaining = items
+                if len(stack) > deepest:
+                    deepest = len(stack)
+                    if deepest > max_depth:
+                        raise LimitError(f"{what} nested more than {max_depth} levels deep, over the bound")
+        else:
+            pos += fixed + (length if lbytes else 0)
+    return deepest
+
+
+def check_msgpack(data: bytes | bytearray | memoryview, max_bytes: int = MAX_MESSAGE_BYTES,
+                  max_depth: int = MAX_DEPTH, what: str = "message") -> None:
+    """LimitError if ``data`` is over ``max_bytes`` or nested deeper than ``max_depth``."""
+    _size(data, max_bytes, what)
+    msgpack_depth(data, max_depth, what)
