@@ -193,12 +193,19 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory) -> dict[s
 
 def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
                   step_ns: float) -> list[Finding]:
-    roles = _by_gpu_class(layout.peer_groups(p.ranks), p, counters)
+    # Kernels are compared within GPU class (a slower model is no straggler); host,
+    # loader and copy functions run on the host and compare across classes, or a
+    # node whose GPUs are the only ones of their model could never be compared.
+    roles = layout.peer_groups(p.ranks)
+    gpu_roles = _by_gpu_class(roles, p, counters)
     role_of = np.zeros(p.ranks.size, dtype=np.int64)
     for s, members in roles.items():
         role_of[members] = s
+    gpu_role_of = np.zeros(p.ranks.size, dtype=np.int64)
+    for s, members in gpu_roles.items():
+        gpu_role_of[members] = s
     by_slot: dict[int, list[Cell]] = defaultdict(list)
-    for c in abnormal_cells(p, roles):
+    for c in abnormal_cells(p, gpu_roles, kernels=True) + abnormal_cells(p, roles, kernels=False):
         by_slot[c.slot].append(c)
     waits = coll.wait_per_step
     typical_wait = float(np.median(waits)) if waits.size else 0.0
@@ -218,7 +225,7 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         mine = [c for c in cells if category_of(int(p.fn_kinds[c.fn])) == cat]
         rank = int(p.ranks[slot])
         node = layout.rank_node.get(rank, "")
-        members = roles[int(role_of[slot])]
+        members = gpu_roles[int(gpu_role_of[slot])] if cat == "kernel" else roles[int(role_of[slot])]
         peers = [int(p.ranks[m]) for m in members if m != slot]
         top = max(mine, key=lambda c: c.excess)
         # peers that spend ~nothing in these functions: the same 0.1%-of-a-step floor as the peer test

@@ -51,7 +51,8 @@ class Cell:
     n_peers: int
 
 
-def abnormal_cells(p: Patterns, roles: dict[int, np.ndarray]) -> list[Cell]:
+def abnormal_cells(p: Patterns, roles: dict[int, np.ndarray], kernels: bool | None = None) -> list[Cell]:
+    """Abnormal (rank, function) cells; ``kernels`` True/False restricts the test to GPU kernels / to the rest."""
     step = float(np.nanmedian(p.step_time_ns)) if p.step_time_ns.size else 0.0
     cells: list[Cell] = []
     if step <= 0:
@@ -61,7 +62,7 @@ def abnormal_cells(p: Patterns, roles: dict[int, np.ndarray]) -> list[Cell]:
         if members.size < MIN_PEERS:
             continue
         for f in range(metric.shape[1]):
-            if p.fn_kinds[f] == K_COLL:
+            if p.fn_kinds[f] == K_COLL or (kernels is not None and (p.fn_kinds[f] == K_KERNEL) != kernels):
                 continue
             col = metric[members, f]
             ok = np.isfinite(col)
