@@ -101,3 +101,66 @@ def accuracy(seeds: int, scales: tuple[str, ...], profiles: tuple[str, ...], hol
         else:
             console.print(f"real trace {real.path.name} (published cause: last pipeline stage, ranks 6-7, "
                           f"workload): {'pass' if real.passed else 'FAIL'}; found {real.found}")
+
+
+@bench.command()
+@click.option("--ranks", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Ranks of the simulated job (8 GPUs per node; a multiple of 8 above 8).")
+@click.option("--steps", type=click.IntRange(min=1), default=60, show_default=True, help="Training steps simulated.")
+@click.option("--window-s", type=click.FloatRange(min=0.001), default=None,
+              help="Time window of the summariser (default: the detector's, 30 s).")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--fault", default="auto", show_default=True,
+              help="Simulator fault spec ('auto': a throttled GPU, so there are verdicts to sink; 'none': healthy).")
+@click.option("--broker", type=click.Choice(["tansu", "kafka", "none"]), default="tansu", show_default=True,
+              help="Broker for the publish + consume stage (kafka: Apache Kafka from the installed jars).")
+@click.option("--server/--no-server", default=None,
+              help="Also insert into a ClickHouse server (default: when clickhouse-server is installed).")
+@click.option("--chdb/--no-chdb", default=True, show_default=True, help="Insert into chdb (embedded).")
+@click.option("--tracemalloc", "traced", is_flag=True,
+              help="Also report tracemalloc's peak per stage (its overhead inflates the CPU times).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Also write the results as JSON to this file ('-' for stdout, the table then goes to stderr).")
+@click.option("--work-dir", type=click.Path(file_okay=False), default=None,
+              help="Keep the input and databases here (default: a temporary directory, removed).")
+def throughput(ranks: int, steps: int, window_s: float | None, seed: int, fault: str, broker: str,
+               server: bool | None, chdb: bool, traced: bool, json_path: str | None, work_dir: str | None) -> None:
+    """Each stage's records per CPU-second beside its floor (decoding the same bytes) on this machine.
+
+    \b
+    Stages: JSON Lines reader, batch analyze, framing, windowing, summariser,
+    detector, sink inserts (chdb, ClickHouse server), publish + consume through
+    the broker. See eroica/bench/throughput.py for what each floor is.
+
+    \b
+    Examples:
+      eroica bench throughput
+      eroica bench throughput --ranks 1024 --steps 20 --json bench.json
+      eroica bench throughput --broker kafka --server
+    """
+    from pathlib import Path
+
+    from eroica.bench.throughput import BenchConfig, format_table, run, to_json
+    from eroica.streams.detection import DEFAULT_WINDOW_S
+
+    def progress(msg: str) -> None:
+        if sys.stderr.isatty():
+            print(f"  {msg}", file=sys.stderr, flush=True)
+
+    cfg = BenchConfig(ranks=ranks, steps=steps, window_s=window_s or DEFAULT_WINDOW_S, seed=seed,
+                      fault=None if fault == "none" else fault, broker=broker, server=server, chdb=chdb,
+                      tracemalloc=traced, work_dir=Path(work_dir) if work_dir else None, progress=progress)
+    try:
+        result = run(cfg)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    table = format_table(result)
+    if json_path == "-":
+        print(table, file=sys.stderr)
+        sys.stdout.buffer.write(to_json(result))
+        return
+    print(table)
+    if json_path:
+        Path(json_path).write_bytes(to_json(result))

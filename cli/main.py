@@ -20,6 +20,7 @@ import click
 COMMANDS: dict[str, str] = {
     "simulate": "simulate_cmd:simulate",
     "analyze": "analyze_cmd:analyze",
+    "whatif": "whatif_cmd:whatif",
     "replay": "replay_cmd:replay",
     "alert": "alert_cmd:alert",
     "report": "report_cmd:report",

@@ -1,0 +1,140 @@
+"""``eroica whatif``: how much faster each job would run without its stragglers, and whose fault it is."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+import numpy as np
+
+from .main import EXIT_NO_VALID_RECORD
+
+# members shown per dimension in the table, and the least cost worth a line
+SHOWN = 5
+MIN_SHOWN_COST = 0.005
+
+
+def _jobs(files: tuple[str, ...]):
+    """Per job: (OpTable, rank -> stage, rank -> dp), plus the count of valid and invalid records."""
+    from eroica.models.columns import concat
+    from eroica.models.reader import read_batches, read_merged
+    from eroica.streams.detection.whatif import OpTable
+
+    source = read_batches(files[0]) if len(files) == 1 else read_merged(list(files))
+    cols, metas, valid, invalid = [], {}, 0, 0
+    for batch in source:
+        valid += batch.valid_count
+        invalid += len(batch.invalid)
+        fn = batch.columns.get("fn")
+        if fn is not None and len(fn):
+            cols.append(fn)
+        for j in batch.jobs:
+            metas[j.job] = j
+    out = []
+    if cols:
+        c = concat(cols)
+        a = c.arrays
+        none = c.code_of("group", "")
+        group = np.where(a["group"] == none, -1, a["group"]).astype(np.int64)
+        jobs = c.strings("job")
+        for job in sorted(set(jobs.tolist())):
+            sel = np.flatnonzero((jobs == job) & ~a["in_flight"])
+            t = OpTable(
+                rank=a["rank"][sel].astype(np.int64), step=a["step"][sel], fn=a["fn"][sel].astype(np.int64),
+                kind=a["kind"][sel], start=a["ts_ns"][sel], dur=a["dur_ns"][sel], op=a["op"][sel],
+                group=group[sel], stream=a["stream"][sel], fn_names=c.vocab["fn"], group_names=c.vocab["group"],
+            )
+            meta = metas.get(job)
+            stages = dict(enumerate(meta.rank_stages)) if meta is not None and meta.rank_stages else {}
+            dps = dict(enumerate(meta.rank_dp)) if meta is not None and meta.rank_dp else {}
+            out.append((job, t, stages, dps))
+    return out, valid, invalid
+
+
+def _lost(s: float) -> float:
+    """Share of throughput lost to a slowdown s."""
+    return 1.0 - 1.0 / s if s > 0 else 0.0
+
+
+def render_table(results: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not results:
+        console.print("no job with a complete step to analyse")
+        return
+    names = {"by_rank": "rank", "by_dp": "dp index", "by_stage": "stage", "by_fn": "function"}
+    for r in results:
+        s = r["slowdown"]
+        console.print(
+            f"[bold]{r['job']}[/bold]: {r['steps']} steps, {r['step_s']['actual']:.3f} s per step measured, "
+            f"{r['step_s']['ideal']:.3f} s with every operation at its typical duration: "
+            f"S = {s:.3f}, stragglers cost the job {_lost(s):.0%} of its throughput")
+        table = Table(show_lines=False)
+        for col in ("by", "who", "S_X", "throughput cost"):
+            table.add_column(col, overflow="fold")
+        words = []
+        for dim, label in names.items():
+            ranked = [kv for kv in sorted(r[dim].items(), key=lambda kv: -kv[1]) if _lost(kv[1]) >= MIN_SHOWN_COST]
+            for who, sx in ranked[:SHOWN]:
+                table.add_row(label, who, f"{sx:.3f}", f"{_lost(sx):.1%}")
+            if ranked:
+                who, sx = ranked[0]
+                words.append(f"{label} {who} alone costs the job {_lost(sx):.0%} of its throughput")
+        if table.row_count:
+            console.print(table)
+            for w in words:
+                console.print(f"  {w}")
+        else:
+            console.print("no rank, stage or function costs the job 0.5% or more")
+
+
+@click.command(epilog="""\b
+Exit codes: 0 analysed, 1 runtime error, 2 usage error, 3 no valid record in the input.""")
+@click.argument("files", nargs=-1, required=True, type=click.Path(allow_dash=True))
+@click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True)
+@click.option("--peers", type=click.Choice(["job", "stage"]), default="job", show_default=True,
+              help="Whose durations are typical: every rank running the operation (a slow pipeline stage is a "
+                   "straggler, as in the OSDI'25 study), or only the ranks of the same stage.")
+@click.option("--stat", type=click.Choice(["median", "mean"]), default="median", show_default=True,
+              help="Typical duration: median or mean over the peers and steps.")
+@click.option("-q", "--quiet", is_flag=True, help="No invalid-record summary on stderr.")
+def whatif(files: tuple[str, ...], fmt: str, peers: str, stat: str, quiet: bool) -> None:
+    """What-if analysis of contract JSON Lines FILES: each job's slowdown S due to stragglers.
+
+    \b
+    S = mean measured step time / mean step time replayed on the job's
+    dependency graph (each rank's ops in sequence with their measured gaps,
+    collectives ending together, pipeline send/recv paired) with every
+    operation at its typical duration (median over the peer ranks of the same
+    function and micro-batch position). S_X = the replayed step time when only
+    the operations of X keep their measured durations / the ideal, for X =
+    each rank, data-parallel index, pipeline stage and function.
+
+    \b
+    Examples:
+      eroica whatif run.jsonl
+      eroica whatif rank-*.jsonl --format json
+    """
+    from eroica.streams.detection.whatif import whatif as run
+
+    for f in files:
+        if f != "-" and not click.Path(exists=True, dir_okay=False).convert(f, None, None):
+            raise click.UsageError(f"no such file: {f}")
+    jobs, valid, invalid = _jobs(files)
+    if invalid and not quiet:
+        click.echo(f"eroica: {invalid} invalid record(s) skipped", err=True)
+    if valid == 0:
+        click.echo("eroica: no valid record in the input; nothing to analyse", err=True)
+        sys.exit(EXIT_NO_VALID_RECORD)
+    results = []
+    for job, table, stages, dps in jobs:
+        res = run(table, stages, dps, peers=peers, stat=stat)
+        if res is not None:
+            results.append(res.to_json(job))
+    if fmt == "json":
+        sys.stdout.write(json.dumps({"jobs": results}) + "\n")
+    else:
+        render_table(results)
