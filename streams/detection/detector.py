@@ -19,7 +19,7 @@ import msgspec
 
 import numpy as np
 
-from eroica.models.digest import WindowDigest
+from eroica.models.digest import INTERIOR, WindowDigest
 from eroica.models.records import JobRecord
 from eroica.models.verdict import Verdict, finding_key, incident_id, verdict_id
 
@@ -111,9 +111,15 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
         _assign_victims(findings, p, coll, step_ns)
         findings = _drop_explained(findings, p)
     findings = _one_per_culprit(findings)
-    streak = _stabilise(findings, d.job, history)
+    lo = _first_step(d)
+    first_step = history.first_step if history.first_step >= 0 else (lo if lo is not None else -1)
+    warmup = lo is not None and first_step >= 0 and lo < first_step + WARMUP_STEPS
+    streak = _stabilise(findings, d.job, history, warmup)
     regressed = {f.fn for f in findings if f.component == "software"}
+    # warm-up windows do enter the regression reference: it is a minimum of low
+    # quantiles, which slower warm-up steps can only raise (never a false regression)
     new_history = with_window(history, p if enough else None, d.start_ns, streak, regressed)
+    new_history = msgspec.structs.replace(new_history, first_step=first_step)
     return [to_verdict(f, d.job, d.start_ns, d.end_ns, detected_at_ns) for f in findings], new_history
 
 
@@ -164,29 +170,47 @@ OVERWHELMING = 0.9       # ... unless a single window is this sure
 UNCONFIRMED_CAP = 0.45   # below the alarm level of 0.5
 
 
-def _stabilise(findings: list[Finding], job: str, history: JobHistory) -> dict[str, int]:
+# A job's first steps are its warm-up: compilation, autotuning, allocator growth and
+# NCCL communicator set-up make them slower than any later step, on every rank but
+# not alike. Five steps cover what the field reports (1-5 iterations); for a job
+# with minutes-long steps that is minutes without an alarm, once per job.
+WARMUP_STEPS = 5
+
+
+def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: bool = False) -> dict[str, int]:
     """Confidence from persistence; returns the new streaks.
 
     Unconfirmed findings (first window) stay below the alarm level unless
     overwhelming; each further consecutive window counts as independent
     evidence (1 - (1 - c)^n, up to three windows), so a moderate but steady
-    problem becomes an alarm while a one-off never does.
+    problem becomes an alarm while a one-off never does. A job window that
+    holds warm-up steps neither alarms nor starts a streak (hangs excepted).
     """
     streak: dict[str, int] = {}
     for f in findings:
         iid = incident_id(finding_key(job, f.kind, f.component, f.scope, f.node, f.rank, f.gpu, f.fn))
+        if f.kind == "hang":
+            streak[iid] = history.streak.get(iid, 0) + 1
+            f.evidence["persistence"] = {"consecutive_windows": streak[iid]}
+            continue
+        if warmup:
+            f.confidence = min(f.confidence, UNCONFIRMED_CAP)
+            f.evidence["persistence"] = {"consecutive_windows": 0, "warm_up": True}
+            continue
         n = history.streak.get(iid, 0) + 1
         streak[iid] = n
         f.evidence["persistence"] = {"consecutive_windows": n}
-        if f.kind == "hang":
-            continue
-        # The job's first window holds its warm-up (compilation, autotuning, NCCL
-        # set-up), which no later window repeats: nothing there is overwhelming.
-        if n < PERSIST_WINDOWS and (f.confidence < OVERWHELMING or history.windows == 0):
+        if n < PERSIST_WINDOWS and f.confidence < OVERWHELMING:
             f.confidence = min(f.confidence, UNCONFIRMED_CAP)
         elif n >= PERSIST_WINDOWS:
             f.confidence = round(float(min(0.99, 1.0 - (1.0 - f.confidence) ** min(n, 3))), 3)
     return streak
+
+
+def _first_step(d: WindowDigest) -> int | None:
+    """The smallest step a job window holds (every rank's first step in a time window is an edge row)."""
+    edges = [s for s in d.ranks.step if s != INTERIOR]
+    return min(edges) if edges else None
 
 
 # --- compute, copy, loader and host functions: the peer test -----------------

@@ -15,6 +15,7 @@ from eroica.models.digest import WindowDigest
 class JobHistory(msgspec.Struct):
     job: str = ""
     windows: int = 0                    # windows analysed so far
+    first_step: int = -1                # the job's first step seen (warm-up is counted from it)
     last_start_ns: int = -1
     # function key -> its typical per-step cost (median over ranks) in the job's first windows
     reference: dict[str, list[float]] = {}
