@@ -67,11 +67,21 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, frame_recor
     def summary(r: ReplayResult) -> str:
         types = ", ".join(f"{t} {n}" for t, n in sorted(r.by_type.items())) or "none"
         p = r.publisher
-        return (f"replayed {r.records} records ({types}) and {r.jobs} job records in {r.frames} frames "
+        in_flight = max(0, p.produced - p.delivered - p.failed + p.refused)
+        if r.delivered_records is None:
+            head = f"sent {r.records} records"
+        elif r.undelivered_records:
+            head = (f"NOT ALL DELIVERED: {r.delivered_records} of {r.records} records delivered, "
+                    f"{r.undelivered_records} not ({p.failed_records} failed, the rest never acknowledged)")
+        else:
+            head = f"delivered {r.delivered_records} of {r.records} records"
+        if r.aborted:
+            head = "replay ABORTED before the end of the input; " + head
+        return (f"{head} ({types}) and {r.jobs} job records in {r.frames} frames "
                 f"to {config.raw_topic}; {r.invalid} invalid lines to {config.deadletter_topic}; "
-                f"{r.end_of_stream} end-of-stream markers; {p.delivered} messages delivered, "
-                f"{p.failed} failed; {r.seconds:.2f} s, {r.records_per_s:,.0f} records/s "
-                f"(broker {config.bootstrap})")
+                f"{r.end_of_stream} end-of-stream markers; messages: {p.delivered} delivered, "
+                f"{p.failed} failed" + (f", {in_flight} unacknowledged" if in_flight else "") +
+                f"; {r.seconds:.2f} s, {r.records_per_s:,.0f} records/s (broker {config.bootstrap})")
 
     from .progress import progress_wanted, spinner
 
@@ -95,8 +105,11 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, frame_recor
     finally:
         if publisher is not None:
             publisher.close(timeout_s=5.0)
-    if not quiet:
+    if not quiet or result.undelivered_records:
         click.echo(summary(result), err=True)
+    if result.undelivered_records or result.publisher.failed:
+        click.echo("eroica replay: some records were not delivered", err=True)
+        sys.exit(1)
     if result.records + result.jobs == 0:
         sys.exit(EXIT_NO_VALID_RECORD)
 
@@ -109,11 +122,11 @@ class _Counting:
         self.sent = 0
         self.status = None
 
-    def publish(self, topic: str, value: bytes, key: str | bytes | None = None) -> bool:
+    def publish(self, topic: str, value: bytes, key: str | bytes | None = None, **kw: int) -> bool:
         self.sent += 1
         if self.status is not None and self.sent % 200 == 0:
             self.status.update(f"{self.sent:,} messages")
-        return self._pub.publish(topic, value, key)  # type: ignore[attr-defined]
+        return self._pub.publish(topic, value, key, **kw)  # type: ignore[attr-defined]
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._pub, name)

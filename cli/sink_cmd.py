@@ -36,6 +36,9 @@ def sink(bootstrap: str | None, clickhouse_url: str | None, http_port: str | Non
 
     logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s eroica sink %(levelname)s: %(message)s")
+    from eroica.stack.logfilter import install as limit_repeats
+
+    limit_repeats()  # one line per kind of error every 30 s while the broker or ClickHouse is away
     overrides = {"group_id": group_id} if group_id else {}
     try:
         config = SinkWorkerConfig.from_env(bootstrap=bootstrap, clickhouse_url=clickhouse_url,

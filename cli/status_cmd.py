@@ -1,4 +1,9 @@
-"""``eroica status``: is each part of the local stack up? Exit 0 only when all are."""
+"""``eroica status``: is each part of the local stack up? Exit 0 only when all are.
+
+Each part is ``up``, ``degraded`` (alive but stuck on something, said in its
+detail) or ``down``; every check has ``--timeout`` seconds, so a frozen part is
+reported as not answering instead of hanging the command.
+"""
 
 from __future__ import annotations
 
@@ -14,23 +19,32 @@ from .stack_options import data_dir_option, resolve_data_dir
 @click.command("status")
 @data_dir_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def status(data_dir: Path | None, fmt: str) -> None:
-    """Health of the stack started by `eroica up`: supervisor, broker, workers, sink, ClickHouse."""
-    from eroica.stack.health import check_stack
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.5, max=120), default=4.0, show_default=True,
+              metavar="SECONDS", help="Time given to the checks (run side by side); what has not answered by "
+                                      "then is reported as not answering.")
+def status(data_dir: Path | None, fmt: str, timeout_s: float) -> None:
+    """Health of the stack started by `eroica up`: supervisor, broker, workers, sink, ClickHouse.
 
-    checks = check_stack(resolve_data_dir(data_dir))
+    Exit 0 when every part is up, 1 when one is down or degraded.
+    """
+    from eroica.stack.health import check_stack, overall_state
+
+    checks = check_stack(resolve_data_dir(data_dir), timeout_s=timeout_s)
     ok = all(c.ok for c in checks)
+    overall = overall_state(checks)
     if fmt == "json":
-        click.echo(json.dumps({"ok": ok, "checks": [c.__dict__ for c in checks]}, indent=1))
+        click.echo(json.dumps({"ok": ok, "state": overall, "checks": [c.__dict__ for c in checks]}, indent=1))
     else:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"eroica stack: {'up' if ok else 'NOT all up'}")
+        title = {"up": "up", "degraded": "DEGRADED", "down": "NOT all up"}[overall]
+        table = Table(title=f"eroica stack: {title}")
         for col in ("part", "state", "pid", "port", "detail"):
             table.add_column(col, overflow="fold")
         for c in checks:
-            table.add_row(c.part, "[green]up[/green]" if c.ok else "[red]down[/red]",
+            colour = {"up": "green", "degraded": "yellow"}.get(c.state, "red")
+            table.add_row(c.part, f"[{colour}]{c.state}[/{colour}]",
                           "" if c.pid is None else str(c.pid), "" if c.port is None else str(c.port), c.detail)
         Console(width=160).print(table)
     sys.exit(0 if ok else 1)

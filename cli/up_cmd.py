@@ -51,14 +51,22 @@ def _lock(data_dir: Path) -> IO[str]:
                    "DATA_DIR/kafka).")
 @click.option("--clickhouse", "clickhouse_url", default=None, metavar="clickhouse://HOST:9000/DB",
               help="Use this ClickHouse server instead of chdb in DATA_DIR/chdb.")
+@click.option("--max-restarts", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Restarts of one child (or of the broker) allowed per --restart-window.")
+@click.option("--restart-window", "restart_window", type=click.FloatRange(min=1.0), default=600.0,
+              show_default=True, metavar="SECONDS",
+              help="Sliding window of the restart budget: a child that ran this long without crashing has "
+                   "its whole budget back; past the budget it waits until the window moves on.")
 @click.option("--restart/--no-restart", default=True, show_default=True,
-              help="Restart a crashed child (up to 3 times, 1/2/4 s apart).")
+              help="Restart a crashed child, and a dead broker (on its port), with exponential backoff "
+                   "(1, 2, 4 s... at most 60 s) within the budget above.")
 @click.option("--stop-timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
               metavar="SECONDS", help="Grace period per shutdown stage before SIGKILL.")
 @click.option("--ready-timeout", type=click.FloatRange(min=1.0), default=90.0, show_default=True,
               metavar="SECONDS", help="Give up when a part does not answer within this time at start.")
 def up(data_dir: Path | None, bootstrap: str | None, broker_kind: str | None, clickhouse_url: str | None,
-       restart: bool, stop_timeout: float, ready_timeout: float) -> None:
+       restart: bool, stop_timeout: float, ready_timeout: float, max_restarts: int,
+       restart_window: float) -> None:
     """Run broker, stream workers and ClickHouse sink on this machine until Ctrl-C."""
     from eroica.stack.local import LocalStack, StackError
     from eroica.stack.tansu import BrokerError
@@ -87,7 +95,8 @@ def up(data_dir: Path | None, bootstrap: str | None, broker_kind: str | None, cl
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     stack = LocalStack(root, kafka=bootstrap, broker_kind=broker_kind or "tansu", clickhouse_url=clickhouse_url,
-                       restart=restart, stop_timeout_s=stop_timeout)
+                       restart=restart, stop_timeout_s=stop_timeout, max_restarts=max_restarts,
+                       restart_window_s=restart_window)
     try:
         stack.start(ready_timeout_s=ready_timeout)
         started.set()

@@ -42,20 +42,36 @@ def _components() -> list[str]:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @clickhouse_option
 @data_dir_option
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.5, max=3600), default=5.0, show_default=True,
+              metavar="SECONDS", help="Give up (exit 1, saying what did not answer) after this long.")
 def verdicts(job: str | None, since: str | None, component: str | None, limit: int, fmt: str,
-             clickhouse_url: str | None, data_dir: Path | None) -> None:
+             clickhouse_url: str | None, data_dir: Path | None, timeout_s: float) -> None:
     """List stored verdicts, newest window first (JSON: one array of contract verdicts)."""
     from eroica.models.verdict import encode_verdicts
     from eroica.sinks.clickhouse.client import ClickHouseError
+    from eroica.stack.health import DeadlineExceeded, call_with_deadline
     from eroica.stack.query import resolve_query_target
 
     since_ns = parse_since(since)
-    try:
-        target = resolve_query_target(clickhouse_url, resolve_data_dir(data_dir))
+    where = "ClickHouse"
+
+    def query() -> list:
+        nonlocal where
+        target = resolve_query_target(clickhouse_url, resolve_data_dir(data_dir), timeout_s=timeout_s)
+        where = target.description
         try:
-            found = target.verdicts(job=job, since_ns=since_ns, component=component, limit=limit)
+            return target.verdicts(job=job, since_ns=since_ns, component=component, limit=limit)
         finally:
             target.close()
+
+    try:
+        # The target's own timeouts are set from timeout_s; the deadline also covers what they miss
+        # (a frozen server that accepted the connection, a chdb directory whose lock is held).
+        found = call_with_deadline(query, timeout_s, "the query")
+    except DeadlineExceeded:
+        click.echo(f"eroica verdicts: {where} did not answer within {timeout_s:g} s (frozen or overloaded?); "
+                   f"`eroica status` says which part is stuck", err=True)
+        sys.exit(1)
     except (ClickHouseError, ValueError) as exc:
         click.echo(f"eroica verdicts: {exc}", err=True)
         sys.exit(1)

@@ -4,7 +4,14 @@ Each check is cheap and bounded (about a second): the supervisor is alive,
 the broker answers a metadata request, every child process is alive and
 answers on its port (faust's web server, the sink's ``/health``), and a
 ClickHouse query works (through the sink's endpoint on chdb, or directly
-against a server). A process that announces Prometheus metrics in its own
+against a server). The checks run side by side, each under a deadline
+(``timeout_s``, 4 s): one that does not finish in time is reported ``down``
+with what did not answer, so ``eroica status`` never hangs on a frozen part.
+
+Each part is ``up``, ``degraded`` (alive, but something it depends on is
+stuck: the sink's inserts have not progressed for ``EROICA_SINK_STUCK_S``
+while messages wait; the supervisor is restarting the broker; tansu's memory
+is past ``EROICA_TANSU_MEMORY_WARN_MB``) or ``down``. A process that announces Prometheus metrics in its own
 directory (``DATA_DIR/<service>/metrics.json``, see ``stack/metrics.py``) gets
 them summarised on its line; one announced in ``DATA_DIR/metrics.json``
 (``eroica alert`` run with the stack's data directory) gets a line of its own.
@@ -13,6 +20,9 @@ them summarised on its line; one announced in ``DATA_DIR/metrics.json``
 from __future__ import annotations
 
 import json
+import os
+import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -23,18 +33,59 @@ from eroica.sinks.clickhouse.endpoint import pid_alive
 
 from .state import read_state
 
-__all__ = ["Check", "http_ok", "check_stack"]
+__all__ = ["Check", "http_ok", "check_stack", "call_with_deadline", "DeadlineExceeded", "overall_state"]
+
+DEFAULT_TIMEOUT_S = 4.0
+STATES = ("up", "degraded", "down")
 
 
 @dataclass(frozen=True)
 class Check:
-    """One line of the status table."""
+    """One line of the status table; ``state`` is ``up`` when ok, else ``down`` unless given (``degraded``)."""
 
     part: str
     ok: bool
     detail: str
     pid: int | None = None
     port: int | None = None
+    state: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.state:
+            object.__setattr__(self, "state", "up" if self.ok else "down")
+
+
+def overall_state(checks: list[Check]) -> str:
+    """``up`` when every part is, ``down`` when one is, else ``degraded``."""
+    states = {c.state for c in checks}
+    return "down" if "down" in states else "degraded" if "degraded" in states else "up"
+
+
+class DeadlineExceeded(TimeoutError):
+    """A call did not finish within its deadline (it goes on in a daemon thread, its result ignored)."""
+
+
+def call_with_deadline(fn, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
+    """``fn()``'s result, or DeadlineExceeded after ``timeout_s`` (a frozen server cannot hang the caller).
+
+    The call runs in a daemon thread: a process exiting meanwhile does not wait for it.
+    """
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=run, name=f"deadline:{what}", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise DeadlineExceeded(f"{what} did not answer within {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box.get("value")
 
 
 def http_ok(url: str, timeout_s: float = 1.0) -> tuple[bool, Any]:
@@ -54,16 +105,48 @@ def http_ok(url: str, timeout_s: float = 1.0) -> tuple[bool, Any]:
         return True, body[:200].decode("utf-8", errors="replace")
 
 
-def _broker(bootstrap: str) -> Check:
+def _rss_mb(pid: int | None) -> float | None:
+    try:
+        for line in Path(f"/proc/{int(pid)}/status").read_text().splitlines():  # type: ignore[arg-type]
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, TypeError, IndexError):
+        pass
+    return None
+
+
+def _broker(kafka: dict[str, Any], timeout_s: float = 3.0) -> Check:
     from .tansu import BrokerError, wait_for_broker
 
+    bootstrap = kafka.get("bootstrap", "")
+    pid = kafka.get("pid")
+    sup_state = kafka.get("state")
+    if sup_state in ("restarting", "failed"):
+        what = ("being restarted by the supervisor" if sup_state == "restarting"
+                else "dead, not restarted (restart budget spent)")
+        return Check("kafka", False, f"{bootstrap}: {what}; {kafka.get('restarts', 0)} restart(s) so far", pid,
+                     state="degraded" if sup_state == "restarting" else "down")
     try:
-        wait_for_broker(bootstrap, timeout_s=3.0)
+        wait_for_broker(bootstrap, timeout_s=timeout_s)
     except BrokerError as exc:
-        return Check("kafka", False, f"{bootstrap}: {exc}")
+        return Check("kafka", False, f"{bootstrap}: {exc}", pid)
     except Exception as exc:  # noqa: BLE001 - librdkafka missing or misconfigured
-        return Check("kafka", False, f"{bootstrap}: {type(exc).__name__}: {exc}")
-    return Check("kafka", True, f"{bootstrap} answers")
+        return Check("kafka", False, f"{bootstrap}: {type(exc).__name__}: {exc}", pid)
+    detail = f"{bootstrap} answers"
+    if kafka.get("restarts"):
+        detail += f"; restarted {kafka['restarts']}x"
+    if kafka.get("kind") == "tansu":
+        rss = _rss_mb(pid)
+        if rss is not None:
+            try:
+                limit = float(os.environ.get("EROICA_TANSU_MEMORY_WARN_MB") or 4096)
+            except ValueError:
+                limit = 4096.0
+            detail += f"; tansu holds {rss:,.0f} MiB (memory storage, no retention)"
+            if rss > limit:
+                return Check("kafka", False, detail + f", over EROICA_TANSU_MEMORY_WARN_MB={limit:.0f}: restart "
+                             f"the stack (its topics are lost) or use --broker kafka", pid, state="degraded")
+    return Check("kafka", True, detail, pid)
 
 
 def _metrics_detail(service_dir: Path, pid: int | None) -> str:
@@ -87,25 +170,55 @@ def _service(name: str, svc: dict[str, Any], data_dir: Path | None = None) -> Ch
     if not ok:
         return Check(name, False, f"process alive but port {port} does not answer: {info}", pid, port)
     detail = f"alive, port {port} answers"
+    stuck: list[str] = []
     if isinstance(info, dict) and name == "sink":
         detail += (f"; {info.get('verdicts', 0)} verdict rows, {info.get('summaries', 0)} summary rows, "
                    f"{info.get('deadletters', 0)} dead letters; ClickHouse {info.get('clickhouse')}")
+        if info.get("state") == "degraded":
+            stuck = [str(x) for x in info.get("stuck") or []] or ["storing does not progress"]
     if svc.get("restarts"):
         detail += f"; restarted {svc['restarts']}x"
     if data_dir is not None:
         detail += _metrics_detail(Path(data_dir) / name, pid)
+    if stuck:
+        return Check(name, False, "STUCK: " + "; ".join(stuck) + "; " + detail, pid, port, state="degraded")
     return Check(name, True, detail, pid, port)
 
 
-def _clickhouse(state: dict[str, Any]) -> Check:
+def _ping_server(url: str, timeout_s: float) -> Check:
+    """``SELECT 1`` on a ClickHouse server with every timeout short (a frozen server cannot hold us)."""
+    from eroica.sinks.clickhouse.config import ClickHouseConfig
+
+    try:
+        from clickhouse_driver import Client
+    except ImportError as exc:
+        return Check("clickhouse", False, f"{url}: {exc}")
+    config = ClickHouseConfig.from_url(url)
+    client = Client(host=config.host, port=config.port, user=config.user, password=config.password,
+                    secure=config.secure, connect_timeout=timeout_s, send_receive_timeout=timeout_s,
+                    sync_request_timeout=timeout_s, client_name="eroica-status")
+    t0 = time.monotonic()
+    try:
+        client.execute("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - refused, timed out, auth...
+        return Check("clickhouse", False, f"{config.target}: did not answer SELECT 1 within {timeout_s:g} s "
+                     f"({type(exc).__name__}: {exc})")
+    finally:
+        client.disconnect()
+    return Check("clickhouse", True, f"{config.target}: SELECT 1 in {(time.monotonic() - t0) * 1000:.0f} ms")
+
+
+def _clickhouse(state: dict[str, Any], timeout_s: float = 3.0) -> Check:
     from eroica.sinks.clickhouse.client import ClickHouseError
 
     from .query import open_query_target
 
     url = state.get("clickhouse", {}).get("url", "")
+    if state.get("clickhouse", {}).get("backend") == "native" or url.startswith("clickhouse"):
+        return _ping_server(url, timeout_s)
     try:
         target = open_query_target(url, Path(state.get("data_dir", ".")), endpoint=state.get("query_endpoint"),
-                                   timeout_s=3.0)
+                                   timeout_s=timeout_s)
         try:
             target.sql("SELECT 1")
         finally:
@@ -115,19 +228,53 @@ def _clickhouse(state: dict[str, Any]) -> Check:
     return Check("clickhouse", True, f"{url}: SELECT 1 works ({target.description})")
 
 
-def check_stack(data_dir: Path) -> list[Check]:
-    """Every check for the stack in ``data_dir``; a single failed check when none runs there."""
+def check_stack(data_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Check]:
+    """Every check for the stack in ``data_dir``; a single failed check when none runs there.
+
+    The checks run in parallel; each gets ``timeout_s`` in all, after which it
+    is ``down`` with "did not answer within" (it is left to finish in a daemon thread).
+    """
     state = read_state(data_dir)
     if state is None:
         return [Check("stack", False, f"no stack state in {data_dir} (start one with `eroica up`)")]
     sup = int(state.get("pid", 0))
     checks = [Check("supervisor", pid_alive(sup), "alive" if pid_alive(sup) else "not running (stale state file)",
                     sup)]
-    checks.append(_broker(state.get("kafka", {}).get("bootstrap", "")))
+    inner = max(0.5, timeout_s - 1.0)  # each check's own timeouts, inside the deadline
+    jobs: list[tuple[str, Any, Any]] = [("kafka", lambda: _broker(state.get("kafka", {}), min(3.0, inner)), None)]
     for name, svc in state.get("services", {}).items():
-        checks.append(_service(name, svc, data_dir))
-    checks.append(_clickhouse(state))
-    checks.extend(_announced(data_dir))
+        jobs.append((name, (lambda n=name, s=svc: _service(n, s, data_dir)), svc))
+    jobs.append(("clickhouse", lambda: _clickhouse(state, min(3.0, inner)), None))
+    jobs.append(("announced", lambda: _announced(data_dir), None))
+    results: dict[int, Any] = {}
+    threads = []
+    for i, (_, fn, _) in enumerate(jobs):
+        def run(i: int = i, fn: Any = fn) -> None:
+            try:
+                results[i] = fn()
+            except Exception as exc:  # noqa: BLE001 - a check that breaks is a failed check
+                results[i] = exc
+        t = threading.Thread(target=run, name=f"check:{jobs[i][0]}", daemon=True)
+        t.start()
+        threads.append(t)
+    deadline = time.monotonic() + timeout_s
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    for i, (part, _, svc) in enumerate(jobs):
+        pid = svc.get("pid") if isinstance(svc, dict) else None
+        port = svc.get("port") if isinstance(svc, dict) else None
+        if i not in results:
+            if part != "announced":
+                checks.append(Check(part, False, f"did not answer within {timeout_s:g} s (frozen?)", pid, port))
+            continue
+        res = results[i]
+        if isinstance(res, Exception):
+            if part != "announced":
+                checks.append(Check(part, False, f"check failed: {type(res).__name__}: {res}", pid, port))
+        elif isinstance(res, list):
+            checks.extend(res)
+        else:
+            checks.append(res)
     return checks
 
 

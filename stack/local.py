@@ -23,8 +23,23 @@ group. Each child also gets ``PR_SET_PDEATHSIG`` so that it is terminated if
 the supervisor itself is killed.
 
 Supervision: :meth:`LocalStack.supervise_once` reports a child that exited
-and, under the default policy, restarts it after a backoff (1, 2, 4 s) up to
-``max_restarts`` times; past that it stays down and ``eroica status`` fails.
+and, under the default policy, restarts it after an exponential backoff
+(``backoff_s``, doubling, at most ``backoff_max_s``). The budget is
+``max_restarts`` restarts per ``restart_window_s`` (10 min) *sliding window*:
+a child that ran stable for a window has its whole budget back, so a crash
+days later is restarted like the first one; a child that crashes more often
+than that is left ``failed`` until its oldest restart leaves the window, and
+then tried again. All times come from ``clock`` (injectable: tests simulate
+hours without sleeping).
+
+The embedded broker is supervised too, with the same budget: when it dies it
+is started again on the same port (the children's bootstrap address stays
+valid) and the topics are created again. tansu keeps everything in memory, so
+its restart loses every message, consumer group and committed offset: the
+workers and the sink are then restarted as well, so that they start over on
+the empty topics rather than hold positions and state for data that no longer
+exists. Apache Kafka keeps its data directory; its clients reconnect by
+themselves and the children are left running.
 """
 
 from __future__ import annotations
@@ -45,6 +60,8 @@ from eroica.producers.kafka.config import KafkaConfig
 from .state import remove_state, write_state
 from .apache_kafka import KAFKA_VERSION, KafkaCluster
 from .tansu import BrokerError, TansuBroker, create_topics, free_port, wait_for_broker
+
+Clock = Callable[[], float]
 
 __all__ = ["BROKERS", "LocalStack", "Service", "StackError", "worker_command_available", "WORKERS"]
 
@@ -85,17 +102,18 @@ class Service:
     health_url: str
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
-    restarts: int = 0
+    restarts: int = 0  # over the stack's life (reported)
     exit_code: int | None = None
     state: str = "new"  # running, restarting, failed, stopped
-    restart_at: float | None = None
+    restart_at: float | None = None  # restarting: when; failed: when the budget is back (None: never)
     started_at: float = 0.0
+    restart_times: list[float] = field(default_factory=list)  # clock times of recent restarts (the window)
 
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
-    def start(self) -> None:
+    def start(self, now: float | None = None) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log: IO[bytes]
         with open(self.log_path, "ab") as log:
@@ -105,7 +123,7 @@ class Service:
                                          stderr=subprocess.STDOUT, start_new_session=True,
                                          preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         self.state, self.exit_code, self.restart_at = "running", None, None
-        self.started_at = time.monotonic()
+        self.started_at = time.monotonic() if now is None else now
 
     def signal_group(self, sig: int, *, even_if_exited: bool = False) -> None:
         """Signal the child's whole process group (it leads its own session).
@@ -129,8 +147,34 @@ class Service:
 
     def describe(self) -> dict[str, Any]:
         return {"pid": self.pid, "port": self.port, "health_url": self.health_url, "state": self.state,
-                "restarts": self.restarts, "exit_code": self.exit_code, "log": str(self.log_path),
-                "argv": self.argv}
+                "restarts": self.restarts, "recent_restarts": len(self.restart_times),
+                "exit_code": self.exit_code, "log": str(self.log_path), "argv": self.argv}
+
+
+@dataclass
+class RestartPolicy:
+    """``max_restarts`` per sliding ``window_s``, exponential backoff between them.
+
+    ``decide(restart_times, now)`` -> (delay, None) to restart after ``delay``
+    seconds, or (None, when) when the budget is spent until ``when`` (the
+    oldest restart leaving the window). Restarts older than the window are
+    forgotten first: a child that ran stable for a window has its budget back.
+    """
+
+    max_restarts: int = 3
+    window_s: float = 600.0
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
+
+    def prune(self, restart_times: list[float], now: float) -> None:
+        restart_times[:] = [t for t in restart_times if now - t < self.window_s]
+
+    def decide(self, restart_times: list[float], now: float) -> tuple[float | None, float | None]:
+        self.prune(restart_times, now)
+        n = len(restart_times)
+        if n < self.max_restarts:
+            return min(self.backoff_max_s, self.backoff_s * 2.0 ** n), None
+        return None, (restart_times[0] + self.window_s if restart_times else None)
 
 
 @dataclass
@@ -152,6 +196,10 @@ class LocalStack:
     workers: Sequence[str] = WORKERS
     restart: bool = True
     max_restarts: int = 3
+    restart_window_s: float = 600.0
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
+    clock: Clock = time.monotonic
     stop_timeout_s: float = 10.0
     env: Mapping[str, str] | None = None
     python: str = sys.executable
@@ -160,6 +208,11 @@ class LocalStack:
     broker: TansuBroker | KafkaCluster | None = None
     bootstrap: str = ""
     started_at_ns: int = 0
+    broker_restarts: int = 0
+    broker_restart_times: list[float] = field(default_factory=list)
+    broker_restart_at: float | None = None
+    broker_port: int | None = None
+    broker_state: str = "running"  # running, restarting, failed (managed broker only)
     _stopping: bool = False
 
     def __post_init__(self) -> None:
@@ -168,6 +221,10 @@ class LocalStack:
             raise ValueError(f"broker must be one of {', '.join(BROKERS)}, got {self.broker_kind!r}")
 
     # -- derived ----------------------------------------------------------------------
+    @property
+    def policy(self) -> RestartPolicy:
+        return RestartPolicy(self.max_restarts, self.restart_window_s, self.backoff_s, self.backoff_max_s)
+
     @property
     def sink_clickhouse_url(self) -> str:
         return self.clickhouse_url or f"chdb://{self.data_dir / 'chdb'}"
@@ -192,7 +249,7 @@ class LocalStack:
             self._create_topics()
             for spec in self._service_specs():
                 self.services[spec.name] = spec
-                spec.start()
+                spec.start(self.clock())
                 self.on_event(f"started {spec.name} (pid {spec.pid}, port {spec.port}, log {spec.log_path})")
             self.write_state()
             self.wait_ready(ready_timeout_s)
@@ -251,15 +308,29 @@ class LocalStack:
             self.on_event(f"started Apache Kafka {KAFKA_VERSION} (KRaft, one node) on {self.bootstrap} in "
                           f"{self.broker.start_seconds:.1f} s; data in {self.data_dir / 'kafka'}")
             return
-        self.broker = TansuBroker(data_dir=self.data_dir / "tansu").start()
-        self.bootstrap = self.broker.bootstrap
-        self.on_event(f"started tansu broker on {self.bootstrap} (memory storage)")
+        self.broker = TansuBroker(data_dir=self.data_dir / "tansu", port=self.broker_port).start()
+        self.bootstrap, self.broker_port = self.broker.bootstrap, self.broker.port
+        self.on_event(f"started tansu broker on {self.bootstrap} (memory storage: lost if it stops)")
 
     def _create_topics(self) -> None:
         try:
-            create_topics(self.bootstrap, self.kafka_config().topics())
+            create_topics(self.bootstrap, self.kafka_config().topics(), config=self.topic_config())
         except BrokerError as exc:
             raise StackError(str(exc)) from exc
+
+    def topic_config(self) -> dict[str, str] | None:
+        """Retention of the topics of a broker we run (None for an external one: its operator decides).
+
+        ``EROICA_KAFKA_RETENTION_MS`` (default 6 h) and ``EROICA_KAFKA_RETENTION_BYTES``
+        (per partition, default 256 MiB). Apache Kafka enforces both; tansu 0.6.0
+        stores them (DescribeConfigs returns them) but does not enforce them on its
+        memory storage, see stack/tansu.py.
+        """
+        if self.kafka:
+            return None
+        base = os.environ if self.env is None else self.env
+        return {"retention.ms": str(int(base.get("EROICA_KAFKA_RETENTION_MS") or 6 * 3600 * 1000)),
+                "retention.bytes": str(int(base.get("EROICA_KAFKA_RETENTION_BYTES") or 256 * 1024 * 1024))}
 
     def _child_env(self, name: str, port: int) -> dict[str, str]:
         env = dict(os.environ if self.env is None else self.env)
@@ -317,44 +388,133 @@ class LocalStack:
 
     # -- supervision --------------------------------------------------------------------
     def supervise_once(self) -> None:
-        """Notice exited children; restart them under the policy. Call it every ~0.5 s."""
+        """Notice exited children (and a dead broker); restart them under the policy. Call it every ~0.5 s."""
         if self._stopping:
             return
-        changed = False
-        now = time.monotonic()
+        now = self.clock()
+        changed = self._supervise_broker(now)
         for svc in self.services.values():
-            if svc.state == "running" and svc.proc is not None and svc.proc.poll() is not None:
-                svc.exit_code = svc.proc.returncode
-                changed = True
-                tail = svc.log_tail(5)
-                if self.restart and svc.restarts < self.max_restarts:
-                    delay = 2.0 ** svc.restarts
-                    svc.state, svc.restart_at = "restarting", now + delay
-                    self.on_event(f"{svc.name} (pid {svc.pid}) exited with status {svc.exit_code}; restarting in "
-                                  f"{delay:.0f} s ({svc.restarts + 1}/{self.max_restarts}); log tail:\n{tail}")
-                else:
-                    svc.state = "failed"
-                    self.on_event(f"{svc.name} (pid {svc.pid}) exited with status {svc.exit_code}; not "
-                                  f"restarted; log {svc.log_path}:\n{tail}")
-            elif svc.state == "restarting" and svc.restart_at is not None and now >= svc.restart_at:
-                svc.restarts += 1
-                svc.start()
-                changed = True
-                self.on_event(f"restarted {svc.name} (pid {svc.pid})")
-        if self.broker is not None and not self.broker.running:
-            if isinstance(self.broker, KafkaCluster):
-                self.on_event(f"the Kafka broker exited (log {self.broker.nodes[0].log_path}); restart the stack "
-                              f"(its data is kept in {self.data_dir / 'kafka'})")
-            else:
-                self.on_event("the tansu broker exited; its topics (memory storage) are gone: restart the stack")
-            self.broker = None
-            changed = True
+            changed |= self._supervise_service(svc, now)
         if changed:
             self.write_state()
 
+    def _supervise_service(self, svc: Service, now: float) -> bool:
+        policy = self.policy
+        if svc.state == "running" and svc.proc is not None and svc.proc.poll() is not None:
+            svc.exit_code = svc.proc.returncode
+            tail = svc.log_tail(5)
+            ran = now - svc.started_at
+            delay, back_at = policy.decide(svc.restart_times, now) if self.restart else (None, None)
+            if delay is not None:
+                svc.state, svc.restart_at = "restarting", now + delay
+                self.on_event(f"{svc.name} (pid {svc.pid}) exited with status {svc.exit_code} after {ran:.0f} s; "
+                              f"restarting in {delay:.0f} s ({len(svc.restart_times) + 1}/{self.max_restarts} "
+                              f"in {self.restart_window_s:.0f} s); log tail:\n{tail}")
+            else:
+                svc.state, svc.restart_at = "failed", back_at
+                when = (f"; tried again in {back_at - now:.0f} s, when its restart budget is back"
+                        if back_at is not None else "")
+                self.on_event(f"{svc.name} (pid {svc.pid}) exited with status {svc.exit_code}; not "
+                              f"restarted ({self.max_restarts} restarts in {self.restart_window_s:.0f} s){when}; "
+                              f"log {svc.log_path}:\n{tail}")
+            return True
+        if svc.state == "restarting" and svc.restart_at is not None and now >= svc.restart_at:
+            self._restart_service(svc, now)
+            self.on_event(f"restarted {svc.name} (pid {svc.pid})")
+            return True
+        if svc.state == "failed" and self.restart and svc.restart_at is not None and now >= svc.restart_at:
+            policy.prune(svc.restart_times, now)
+            self._restart_service(svc, now)
+            self.on_event(f"restarted {svc.name} (pid {svc.pid}): its restart budget is back")
+            return True
+        return False
+
+    def _restart_service(self, svc: Service, now: float) -> None:
+        svc.signal_group(signal.SIGKILL, even_if_exited=True)  # nothing of the last run may linger
+        svc.restarts += 1
+        svc.restart_times.append(now)
+        svc.start(now)
+
+    def _broker_log(self) -> Path | None:
+        if isinstance(self.broker, KafkaCluster):
+            return self.broker.nodes[0].log_path if self.broker.nodes else None
+        if isinstance(self.broker, TansuBroker):
+            return self.broker.log_path
+        return None
+
+    def _supervise_broker(self, now: float) -> bool:
+        """Restart a managed broker that died (same port); True when something changed."""
+        if self.broker is None or self.kafka:
+            return False
+        if self.broker_state == "running":
+            if self.broker.running:
+                return False
+            kind = "Apache Kafka" if isinstance(self.broker, KafkaCluster) else "tansu"
+            delay, back_at = (self.policy.decide(self.broker_restart_times, now) if self.restart
+                              else (None, None))
+            if delay is None:
+                self.broker_state, self.broker_restart_at = "failed", back_at
+                self.on_event(f"the {kind} broker exited (log {self._broker_log()}); not restarted "
+                              f"({'--no-restart' if not self.restart else 'restart budget spent'}): "
+                              f"restart the stack")
+            else:
+                self.broker_state, self.broker_restart_at = "restarting", now + delay
+                lost = ("its topics were in memory and are lost (the messages on them, consumer groups, "
+                        "committed offsets)" if kind == "tansu" else
+                        f"its data is kept in {self.data_dir / 'kafka'}")
+                self.on_event(f"the {kind} broker exited (log {self._broker_log()}); {lost}; restarting it on "
+                              f"{self.bootstrap} in {delay:.0f} s")
+            return True
+        if self.broker_state in ("restarting", "failed") and self.broker_restart_at is not None \
+                and now >= self.broker_restart_at and (self.restart or self.broker_state == "restarting"):
+            self.policy.prune(self.broker_restart_times, now)
+            self.broker_restarts += 1
+            self.broker_restart_times.append(now)
+            try:
+                self._restart_broker()
+            except (BrokerError, StackError) as exc:
+                delay, back_at = self.policy.decide(self.broker_restart_times, self.clock())
+                if delay is None:
+                    self.broker_state, self.broker_restart_at = "failed", back_at
+                else:
+                    self.broker_state, self.broker_restart_at = "restarting", self.clock() + delay
+                self.on_event(f"restarting the broker failed: {exc}")
+                return True
+            self.broker_state, self.broker_restart_at = "running", None
+            return True
+        return False
+
+    def _restart_broker(self) -> None:
+        assert self.broker is not None
+        if isinstance(self.broker, KafkaCluster):
+            self.broker.restart(0)
+            self._create_topics()
+            self.on_event(f"restarted Apache Kafka on {self.bootstrap} (data kept); the workers and the sink "
+                          f"reconnect by themselves")
+            return
+        self.broker.stop()
+        self._start_broker()
+        self._create_topics()
+        self.on_event(f"restarted tansu on {self.bootstrap}: it starts empty (memory storage), so everything "
+                      f"that was on its topics is lost; restarting the workers and the sink so they start over "
+                      f"on the empty topics")
+        now = self.clock()
+        for svc in self.services.values():
+            if svc.state in ("running", "restarting"):
+                # Not counted against the child's budget: the broker, not the child, failed.
+                svc.signal_group(signal.SIGKILL, even_if_exited=True)
+                if svc.proc is not None:
+                    try:
+                        svc.proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        pass
+                svc.start(now)
+                self.on_event(f"restarted {svc.name} (pid {svc.pid}) after the broker restart")
+
     @property
     def healthy(self) -> bool:
-        return all(s.state == "running" for s in self.services.values())
+        broker_ok = self.broker is None or self.broker_state == "running"
+        return broker_ok and all(s.state == "running" for s in self.services.values())
 
     # -- state --------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -368,7 +528,9 @@ class LocalStack:
             "started_at_ns": self.started_at_ns,
             "data_dir": str(self.data_dir),
             "kafka": {"bootstrap": self.bootstrap, "managed": self.broker is not None or not self.kafka,
-                      "pid": broker_pid, "kind": None if self.kafka else self.broker_kind},
+                      "pid": broker_pid, "kind": None if self.kafka else self.broker_kind,
+                      "state": "external" if self.kafka else self.broker_state,
+                      "restarts": self.broker_restarts},
             "clickhouse": {"url": url, "backend": "chdb" if url.startswith("chdb:") else "native"},
             "query_endpoint": self.query_endpoint,
             "services": {name: svc.describe() for name, svc in self.services.items()},

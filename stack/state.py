@@ -20,12 +20,14 @@ working directory. Layout::
      "started_at_ns": 1700000000000000000,
      "data_dir": "/home/me/.local/share/eroica",
      "kafka": {"bootstrap": "127.0.0.1:40123", "managed": true, "pid": 1235,
-               "kind": "tansu"},            # or "kafka" (Apache Kafka); null for an external --kafka
+               "kind": "tansu",             # or "kafka" (Apache Kafka); null for an external --kafka
+               "state": "running",          # restarting, failed; "external" for --kafka
+               "restarts": 0},              # broker restarts by the supervisor
      "clickhouse": {"url": "chdb:///home/me/.local/share/eroica/chdb", "backend": "chdb"},
      "query_endpoint": "http://127.0.0.1:40125",   # the sink's read-only HTTP endpoint
      "services": {
        "summariser": {"pid": 1236, "port": 40126, "health_url": "http://127.0.0.1:40126/eroica/stats",
-                      "state": "running", "restarts": 0, "exit_code": null,
+                      "state": "running", "restarts": 0, "recent_restarts": 0, "exit_code": null,
                       "log": ".../logs/summariser.log", "argv": ["...", "worker", "summariser"]},
        "detector": {...},
        "sink": {"pid": 1238, "port": 40125, "health_url": "http://127.0.0.1:40125/health", ...}

@@ -24,6 +24,12 @@ Quirks that shaped this module (probed on tansu 0.6.0 / confluent-kafka 2.16.1):
   with ANSI codes, stripped from the tail we quote in errors.
 - The broker prints "ready" within milliseconds, but we still wait for a real
   Kafka metadata round trip before handing out the address.
+- Topic configs (``retention.ms``, ``retention.bytes``...) are accepted at
+  creation and returned by DescribeConfigs, but not enforced: with
+  ``retention.ms=2000`` every record was still there 5 s later (probed). The
+  memory storage grows with every message until the broker stops; ``eroica
+  status`` reports its resident memory (degraded past
+  ``EROICA_TANSU_MEMORY_WARN_MB``). Apache Kafka enforces the same configs.
 - SIGTERM stops it at once when no client is connected, but sometimes waits
   for open client connections to close (seen with an AdminClient left alive
   by a reference cycle; a leaked producer could keep it up indefinitely):
@@ -127,7 +133,7 @@ def wait_for_broker(bootstrap: str, timeout_s: float = DEFAULT_START_TIMEOUT_S) 
 
 
 def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 15.0,
-                  replication_factor: int = -1) -> None:
+                  replication_factor: int = -1, config: Mapping[str, str] | None = None) -> None:
     """Create topics with the given partition counts; topics that already exist are fine.
 
     Explicit creation matters because auto-created topics (tansu: 4 partitions;
@@ -136,6 +142,8 @@ def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 
     broker's ``default.replication.factor`` (CreateTopics v4+; tansu accepts it
     too): 1 on tansu and a one-node Kafka, 3 on the three-node test cluster
     (``eroica.stack.apache_kafka``), whatever production configured.
+    ``config``: topic configs of new topics (e.g. ``retention.ms``); an
+    existing topic keeps its own.
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
@@ -144,7 +152,8 @@ def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 
         return
     admin = _quiet_admin(bootstrap)
     futures = admin.create_topics(
-        [NewTopic(name, num_partitions=int(p), replication_factor=replication_factor)
+        [NewTopic(name, num_partitions=int(p), replication_factor=replication_factor,
+                  config=dict(config or {}))
          for name, p in topics.items()],
         operation_timeout=timeout_s, request_timeout=timeout_s)
     failed = []

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from eroica.sinks.clickhouse.endpoint import pid_alive
 from eroica.stack.local import LocalStack, Service
+from eroica.stack.tansu import TansuBroker
 
 PY = sys.executable
 
@@ -113,3 +114,95 @@ def test_leftovers_of_a_killed_stack_are_stopped_and_nothing_else(tmp_path: Path
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+class _FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _supervise_until(stack: LocalStack, svc: Service, state: str, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while svc.state != state:
+        assert time.monotonic() < deadline, f"{svc.name} never {state}: {svc.state}"
+        stack.supervise_once()
+        time.sleep(0.02)
+
+
+def test_restart_budget_is_per_window_with_exponential_backoff(tmp_path: Path) -> None:
+    """A child crashing 4+ times over simulated hours keeps being restarted; a fast crash loop is paused."""
+    clock = _FakeClock()
+    events: list[str] = []
+    stack = LocalStack(tmp_path, max_restarts=3, restart_window_s=600, backoff_s=1, backoff_max_s=60,
+                       clock=clock, on_event=events.append)
+    svc = _service(tmp_path, "crasher", "import sys; sys.exit(3)")
+    svc.start(clock())
+    stack.services["crasher"] = svc
+    # Crashes 11 simulated minutes apart, six times: each one finds its budget full again.
+    for i in range(6):
+        _supervise_until(stack, svc, "restarting")
+        assert svc.restart_at == clock() + 1  # first of its window: the shortest backoff
+        clock.t += 1
+        stack.supervise_once()
+        assert svc.state == "running" and svc.restarts == i + 1
+        clock.t += 11 * 60
+    assert not any("not restarted" in e for e in events)
+    # Now a fast crash loop: backoff 1, 2, 4 s, then the budget is spent until the window moves on.
+    delays = []
+    for _ in range(3):
+        _supervise_until(stack, svc, "restarting")
+        delays.append(svc.restart_at - clock())
+        clock.t = svc.restart_at
+        stack.supervise_once()
+        assert svc.state == "running"
+    assert delays == [1, 2, 4]
+    _supervise_until(stack, svc, "failed")
+    assert any("not restarted" in e and "budget is back" in e for e in events)
+    back = svc.restart_at
+    assert back is not None and back == svc.restart_times[0] + 600
+    clock.t = back - 1
+    stack.supervise_once()
+    assert svc.state == "failed" and not stack.healthy
+    clock.t = back
+    stack.supervise_once()
+    assert svc.state == "running" and svc.restarts == 10
+    assert any("restart budget is back" in e for e in events)
+    stack.stop()
+
+
+def test_a_killed_tansu_broker_is_restarted_with_the_sink(tmp_path: Path) -> None:
+    """The broker child dies: same port, topics again, the sink restarted, the stack healthy again."""
+    import pytest
+
+    pytest.importorskip("chdb")
+    from eroica.stack.health import check_stack
+
+    events: list[str] = []
+    env = {**os.environ, "EROICA_SINK_SESSION_TIMEOUT_MS": "2000", "EROICA_SINK_FLUSH_MS": "100"}
+    env = {k: v for k, v in env.items() if not k.startswith("EROICA_CLICKHOUSE")}
+    stack = LocalStack(tmp_path / "stack", workers=(), env=env, backoff_s=0.2, stop_timeout_s=3,
+                       on_event=events.append)
+    try:
+        stack.start(ready_timeout_s=25)
+        bootstrap, sink_pid = stack.bootstrap, stack.services["sink"].pid
+        assert isinstance(stack.broker, TansuBroker)
+        stack.broker._proc.kill()  # type: ignore[union-attr]
+        stack.broker._proc.wait()  # type: ignore[union-attr]
+        deadline = time.monotonic() + 20
+        while stack.broker_restarts == 0 or stack.broker_state != "running":
+            assert time.monotonic() < deadline, events
+            stack.supervise_once()
+            time.sleep(0.1)
+        assert stack.bootstrap == bootstrap and stack.broker.running
+        assert stack.services["sink"].pid != sink_pid and stack.services["sink"].restarts == 0
+        assert any("memory" in e and "lost" in e for e in events), events
+        stack.wait_ready(20)
+        checks = check_stack(stack.data_dir)
+        assert all(c.state == "up" for c in checks), checks
+        kafka = next(c for c in checks if c.part == "kafka")
+        assert "restarted 1x" in kafka.detail
+    finally:
+        stack.stop()

@@ -176,3 +176,48 @@ def test_verdicts_reports_an_unreachable_server(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["verdicts", "--clickhouse", f"clickhouse://127.0.0.1:{free_port()}/x",
                                  "--data-dir", str(tmp_path)])
     assert r.exit_code == 1 and "unavailable" in r.output
+
+
+def test_a_frozen_clickhouse_is_reported_degraded_and_nothing_hangs(
+        server_with_verdicts, clickhouse_server: ClickHouseServer, kafka_bootstrap: str,
+        make_verdict: Callable[..., Verdict], tmp_path: Path) -> None:
+    """Issue 10 item 6: SIGSTOP the server; the sink says what is stuck, status/verdicts answer in seconds."""
+    from eroica.stack.health import check_stack, overall_state
+    from eroica.stack.state import write_state
+    from sink_helpers import kafka_for, running_worker, worker_config
+
+    url, _database, _ = server_with_verdicts
+    kafka = kafka_for(kafka_bootstrap, f"frozen{uuid.uuid4().hex[:6]}")
+    config = worker_config(kafka, ClickHouseConfig.from_url(url), http_port=0, stuck_after_s=1.0)
+    server_pid = clickhouse_server._proc.pid  # type: ignore[union-attr]
+    with running_worker(config) as worker:
+        publish(kafka.bootstrap, kafka.verdicts_topic, [(b"j", encode_verdict(make_verdict(job="f", rank=0)))])
+        wait_for(lambda: worker.stats.verdicts >= 1, 20, "the first verdict stored")
+        assert worker.health()["state"] == "up"
+        write_state(tmp_path, {"pid": os.getpid(), "data_dir": str(tmp_path),
+                               "kafka": {"bootstrap": kafka.bootstrap, "kind": None, "state": "external"},
+                               "clickhouse": {"url": url, "backend": "native"}, "query_endpoint": None,
+                               "services": {"sink": {"pid": os.getpid(), "port": 0, "state": "running",
+                                                     "health_url": f"{worker.http_url}/health"}}})
+        os.killpg(server_pid, signal.SIGSTOP)
+        try:
+            publish(kafka.bootstrap, kafka.verdicts_topic, [(b"j", encode_verdict(make_verdict(job="f", rank=1)))])
+            wait_for(lambda: worker.health()["state"] == "degraded", 15, "the sink to report degraded")
+            assert any("insert" in s or "waiting" in s for s in worker.health()["stuck"])
+            t0 = time.monotonic()
+            checks = {c.part: c for c in check_stack(tmp_path, timeout_s=3.0)}
+            assert time.monotonic() - t0 < 6
+            assert checks["sink"].state == "degraded" and "STUCK" in checks["sink"].detail
+            assert checks["clickhouse"].state == "down" and "did not answer" in checks["clickhouse"].detail
+            assert overall_state(list(checks.values())) == "down"
+            t0 = time.monotonic()
+            r = CliRunner().invoke(cli, ["verdicts", "--clickhouse", url, "--data-dir", str(tmp_path),
+                                         "--timeout", "2"])
+            assert r.exit_code == 1 and "did not answer within 2 s" in r.output, r.output
+            assert time.monotonic() - t0 < 6
+        finally:
+            os.killpg(server_pid, signal.SIGCONT)
+        wait_for(lambda: worker.stats.verdicts >= 2 and worker.health()["state"] == "up", 60,
+                 "the sink to catch up after SIGCONT")
+        checks = {c.part: c for c in check_stack(tmp_path, timeout_s=3.0)}
+        assert checks["sink"].state == "up" and checks["clickhouse"].state == "up", checks

@@ -78,6 +78,10 @@ class PublisherStats:
     refused: int = 0  # part of ``failed``: produce() refused the message, it never queued
     dropped: int = 0  # never queued: the queue stayed full past the block timeout
     delivered_bytes: int = 0  # value bytes acknowledged (before compression)
+    # Records carried by the messages (publish(..., records=N)): what the broker acknowledged, and
+    # what failed or was refused/dropped; the rest is still in flight.
+    delivered_records: int = 0
+    failed_records: int = 0
     blocked_s: float = 0.0  # time callers spent waiting for queue room
     last_error: str | None = None
 
@@ -131,11 +135,15 @@ class FramePublisher:
 
     # -- callbacks (run inside poll/flush on the caller's thread) --
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+    counts_records = True  # publish() takes records=N (replay uses it to report delivered records)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message, records: int = 0) -> None:
         if err is None:
             self.stats.delivered += 1
             self.stats.delivered_bytes += len(msg.value() or b"")
+            self.stats.delivered_records += records
         else:
+            self.stats.failed_records += records
             self.stats.failed += 1
             self.stats.last_error = f"{msg.topic()}: {err.str()}"
             if self.stats.failed == 1:
@@ -148,39 +156,49 @@ class FramePublisher:
 
     # -- publishing --
 
-    def publish(self, topic: str, value: bytes, key: str | bytes | None = None) -> bool:
-        """Queue one message; False when it was dropped or refused (counted in stats)."""
+    def publish(self, topic: str, value: bytes, key: str | bytes | None = None, *, records: int = 0) -> bool:
+        """Queue one message; False when it was dropped or refused (counted in stats).
+
+        ``records``: how many records the message carries, for the delivered/failed record counts.
+        """
         if self._closed:
             raise RuntimeError("publisher is closed")
-        queued = self._try_produce(topic, value, key)
+        queued = self._try_produce(topic, value, key, records)
         if queued is not None:
             return queued
         if self.block_timeout_s is not None and self.block_timeout_s <= 0:
             self._drop(topic)
+            self.stats.failed_records += records
             return False
         start = time.monotonic()
         deadline = None if self.block_timeout_s is None else start + self.block_timeout_s
         try:
             while True:
                 self._producer.poll(_BLOCK_POLL_S)
-                queued = self._try_produce(topic, value, key)
+                queued = self._try_produce(topic, value, key, records)
                 if queued is not None:
                     return queued
                 if deadline is not None and time.monotonic() >= deadline:
                     self._drop(topic)
+                    self.stats.failed_records += records
                     return False
         finally:
             self.stats.blocked_s += time.monotonic() - start
 
-    def _try_produce(self, topic: str, value: bytes, key: str | bytes | None) -> bool | None:
+    def _try_produce(self, topic: str, value: bytes, key: str | bytes | None, records: int = 0) -> bool | None:
         """True if queued, None if the queue is full, False if refused outright (counted as failed)."""
         try:
-            self._producer.produce(topic, value, key)
+            if records:
+                self._producer.produce(topic, value, key,
+                                       on_delivery=lambda err, msg: self._on_delivery(err, msg, records))
+            else:
+                self._producer.produce(topic, value, key)
         except BufferError:
             return None
         except KafkaException as exc:  # e.g. MSG_SIZE_TOO_LARGE: retrying cannot help
             self.stats.failed += 1
             self.stats.refused += 1
+            self.stats.failed_records += records
             self.stats.last_error = f"{topic}: {exc.args[0].str() if exc.args else exc}"
             log.warning("Kafka refused a message: %s", self.stats.last_error)
             return False

@@ -12,7 +12,11 @@ trusting end offsets (tansu reports them wrongly).
 Replay blocks on a full producer queue and never drops (see publisher.py);
 the first failed delivery aborts it with :class:`ReplayError`, because
 markers that claim completeness over missing frames would mislead every
-consumer downstream.
+consumer downstream. The result counts what the broker *acknowledged*
+(``delivered_records``, from the delivery reports) apart from what was read
+and sent (``records``): after a broker loss the difference is what did not
+arrive, and ``eroica replay`` exits non-zero. (A broker that acknowledged
+records and then lost them, like tansu killed, cannot be seen from here.)
 """
 
 from __future__ import annotations
@@ -55,6 +59,19 @@ class ReplayResult:
     end_of_stream: int = 0
     seconds: float = 0.0
     publisher: PublisherStats = field(default_factory=PublisherStats)
+    aborted: bool = False  # stopped before the end of the input (a failed delivery)
+
+    @property
+    def delivered_records(self) -> int | None:
+        """Records the broker acknowledged (None when the publisher does not count them)."""
+        return self.publisher.delivered_records if self._counted else None
+
+    @property
+    def undelivered_records(self) -> int | None:
+        """Records read and sent but not acknowledged (failed, purged, or never sent after an abort)."""
+        return self.records - self.publisher.delivered_records if self._counted else None
+
+    _counted: bool = False
 
     @property
     def records_per_s(self) -> float:
@@ -155,6 +172,8 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
             raise ReplayError(str(exc), result) from exc
     own = publisher is None
     pub = publisher if publisher is not None else FramePublisher.for_replay(config)
+    counted = bool(getattr(pub, "counts_records", False))
+    result._counted = counted
     producer_id = uuid.uuid4().hex[:12]
     keys: dict[str, _KeyState] = {}
     pacer = _Pacer(rate, pub)
@@ -171,7 +190,10 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
             state = keys[frame.key] = _KeyState(frame.job, frame.rank, frame.node)
         n = len(frame.cols)
         value = encode_frame(frame.cols, {"seq": state.frames, "producer": producer_id})
-        pub.publish(config.raw_topic, value, key=frame.key)
+        if counted:
+            pub.publish(config.raw_topic, value, key=frame.key, records=n)
+        else:
+            pub.publish(config.raw_topic, value, key=frame.key)
         state.frames += 1
         state.records += n
         result.frames += 1
@@ -204,6 +226,9 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
         check()
         if remaining:
             raise ReplayError(f"{remaining} messages still undelivered after {FLUSH_TIMEOUT_S:.0f} s", result)
+    except ReplayError:
+        result.aborted = True
+        raise
     finally:
         if own:
             pub.close(timeout_s=5.0)

@@ -121,7 +121,7 @@ def test_replay_cli_paces_to_rate(kafka_bootstrap: str, kafka_names, kafka_consu
                                    "--frame-records", "50"], env=env)
     elapsed = time.monotonic() - start
     assert res.exit_code == 0, res.output
-    assert "replayed 600 records (fn 600)" in res.stderr and "0 failed" in res.stderr
+    assert "delivered 600 of 600 records (fn 600)" in res.stderr and "0 failed" in res.stderr
     assert elapsed >= 0.5  # 600 records at 1000/s, paced per frame of <= 50
     msgs = kafka_consume(kafka_bootstrap, config.raw_topic, 2,
                    lambda got: sum(frame_kind(m.value()) == END_OF_STREAM for m in got) >= 4)
@@ -150,3 +150,52 @@ def test_replay_cli_no_valid_record_exits_3(kafka_bootstrap: str, kafka_names, k
     assert "2 invalid lines" in res.stderr
     dead = kafka_consume(kafka_bootstrap, config.deadletter_topic, config.partitions, lambda got: len(got) >= 2)
     assert sorted(json.loads(m.value())["line"] for m in dead) == [1, 2]
+
+
+def test_replay_against_a_broker_killed_midway_reports_what_was_delivered(tmp_path: Path) -> None:
+    """Issue 10 item 6: the summary counts acknowledged records, and the exit status is non-zero."""
+    import os
+    import subprocess
+    import sys
+
+    from eroica.stack.tansu import TansuBroker
+
+    lines = [x for x in _lines() if x["type"] == "fn"][:600]
+    src = _write(tmp_path / "paced.jsonl", lines, malformed_at=None)
+    broker = TansuBroker(data_dir=tmp_path / "tansu").start()
+    try:
+        env = {**os.environ, "EROICA_KAFKA_DELIVERY_TIMEOUT_MS": "2000", "EROICA_KAFKA_LINGER_MS": "0"}
+        # 600 records at 200/s in frames of 10: about 3 s, the broker dies after 1 s
+        proc = subprocess.Popen([sys.executable, "-m", "eroica.cli", "replay", str(src), "--rate", "200",
+                                 "--frame-records", "10", "--kafka", broker.bootstrap], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        from confluent_kafka import Consumer, TopicPartition
+
+        from eroica.stack.tansu import _quiet_admin
+
+        admin, deadline = _quiet_admin(broker.bootstrap), time.monotonic() + 20
+        while "eroica.raw" not in admin.list_topics(timeout=5).topics:  # replay has started sending
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        parts = admin.list_topics(timeout=5).topics["eroica.raw"].partitions
+        del admin
+        # Kill it once the broker holds some of the records (some delivered, most still to come).
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "probe", "log_level": 0})
+        consumer.assign([TopicPartition("eroica.raw", p, 0) for p in parts])
+        while (msg := consumer.poll(0.2)) is None or msg.error() is not None:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        consumer.close()
+        time.sleep(0.3)
+        assert proc.poll() is None, proc.communicate()
+        broker._proc.kill()  # type: ignore[union-attr]
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        broker.stop()
+    assert proc.returncode == 1, err
+    assert "NOT ALL DELIVERED" in err and "replay ABORTED" in err, err
+    import re
+
+    m = re.search(r"(\d+) of (\d+) records delivered, (\d+) not", err)
+    assert m, err
+    delivered, sent, missing = map(int, m.groups())
+    assert 0 < delivered < 600 and sent == delivered + missing and missing > 0

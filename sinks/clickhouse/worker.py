@@ -90,12 +90,17 @@ class SinkStats:
     last_insert_ms: float | None = None  # duration of the last successful batch insert
     max_insert_ms: float | None = None
     last_commit_ns: int | None = None
+    last_insert_ns: int | None = None  # wall time of the last successful batch insert
+    insert_started_ns: int | None = None  # an insert in progress since (None: none running)
+    pending: int = 0  # messages read and not yet stored
+    pending_since_ns: int | None = None  # wall time the oldest of them was read
     clickhouse: str = "unknown"  # "up" after a successful statement, "down" while failing
     last_error: str | None = None
     assigned: list[str] = field(default_factory=list)
     recent_insert_ms: deque[float] = field(default_factory=lambda: deque(maxlen=256))
 
     def record_insert(self, ms: float) -> None:
+        self.last_insert_ns = time.time_ns()
         self.last_insert_ms = ms
         self.max_insert_ms = max(ms, self.max_insert_ms or 0.0)
         self.recent_insert_ms.append(ms)
@@ -107,6 +112,22 @@ class SinkStats:
         doc["insert_ms_p50"] = recent[len(recent) // 2] if recent else None
         doc["insert_ms_p99"] = recent[min(len(recent) - 1, int(len(recent) * 0.99))] if recent else None
         return doc
+
+    def stuck(self, after_s: float, now_ns: int | None = None) -> list[str]:
+        """What keeps storing from progressing for ``after_s`` or more (empty: nothing)."""
+        now = time.time_ns() if now_ns is None else now_ns
+        limit = int(after_s * 1e9)
+        out = []
+        if self.insert_started_ns is not None and now - self.insert_started_ns >= limit:
+            out.append(f"an insert into ClickHouse has been running for {(now - self.insert_started_ns) / 1e9:.0f} s "
+                       f"(ClickHouse frozen or overloaded?)")
+        if self.pending and self.pending_since_ns is not None and now - self.pending_since_ns >= limit:
+            last = ("never" if self.last_insert_ns is None
+                    else f"{(now - self.last_insert_ns) / 1e9:.0f} s ago")
+            out.append(f"{self.pending} messages waiting for {(now - self.pending_since_ns) / 1e9:.0f} s; "
+                       f"last successful insert {last}" + (f"; last error: {self.last_error}"
+                                                            if self.last_error else ""))
+        return out
 
 
 class SinkWorker:
@@ -201,7 +222,7 @@ class SinkWorker:
 
                 token_file = os.path.join(tempfile.mkdtemp(prefix="eroica-sink-"), TOKEN_FILE)
         token = ensure_token_file(token_file)
-        self._http = QueryServer(self.sink, self.config.http_port, health=self.stats.as_dict, token=token).start()
+        self._http = QueryServer(self.sink, self.config.http_port, health=self.health, token=token).start()
         if on_chdb_dir:
             self._endpoint_dir = self._ch_config.chdb_path
             write_endpoint_file(self._endpoint_dir, self._http.url, self._ch_config.target, token_file)
@@ -281,6 +302,14 @@ class SinkWorker:
             self.sink.close()
             self.sink = None
 
+    def health(self) -> dict[str, Any]:
+        """``/health``'s body: the counters, plus ``state`` ``up`` or ``degraded`` with what is stuck."""
+        doc = self.stats.as_dict()
+        stuck = self.stats.stuck(self.config.stuck_after_s)
+        doc["state"] = "degraded" if stuck else "up"
+        doc["stuck"] = stuck
+        return doc
+
     # -- consuming ------------------------------------------------------------------
     def _poll_timeout(self) -> float:
         started = self._batch.started_at
@@ -327,7 +356,10 @@ class SinkWorker:
             out.deadletter = deadletter_value(topic, partition, offset, key, value, reason)
             metrics.invalid(COMPONENT, reason)
             log.warning("dead letter %s[%d]@%d: %s", topic, partition, offset, reason)
+        if not self._batch.messages:
+            self.stats.pending_since_ns = time.time_ns()
         self._batch.add(out, self._clock())
+        self.stats.pending = len(self._batch.messages)
 
     # -- storing ----------------------------------------------------------------------
     def _deadline(self) -> float | None:
@@ -369,12 +401,16 @@ class SinkWorker:
             return True
         finally:
             self._flushing = False
+            self.stats.pending = len(self._batch.messages)
+            if not self.stats.pending:
+                self.stats.pending_since_ns = None
             self._resume()
 
     def _store(self, batch: PendingBatch) -> None:
         """Insert the batch's rows and deliver its dead letters; _TransientError if that must wait."""
         assert self.sink is not None
         t0 = time.perf_counter()
+        self.stats.insert_started_ns = time.time_ns()
         try:
             try:
                 self._insert(batch.verdict_rows(), batch.summary_rows())
@@ -385,6 +421,8 @@ class SinkWorker:
                 self._insert_one_by_one(batch)
         except ClickHouseUnavailableError as exc:
             raise _TransientError(str(exc)) from exc
+        finally:
+            self.stats.insert_started_ns = None
         took_ms = (time.perf_counter() - t0) * 1000.0
         self._send_deadletters(batch)
         s = self.stats
@@ -521,6 +559,9 @@ class SinkWorker:
             self._batch = PendingBatch()
             for m in remaining.messages:
                 self._batch.add(m, remaining.started_at)
+        self.stats.pending = len(self._batch.messages)
+        if not self.stats.pending:
+            self.stats.pending_since_ns = None
 
 
 def _version_ns(msg: Message) -> int:

@@ -23,6 +23,9 @@ EROICA_SINK_SESSION_TIMEOUT_MS        6000                consumer group session
 EROICA_SINK_TOKEN_FILE                see right           the query endpoint's token (0600 file; see
                                                           endpoint.py): default ``eroica-sink.token`` in
                                                           ``$EROICA_DATA_DIR``, else in the chdb directory
+EROICA_SINK_STUCK_S                   20                  ``/health`` says ``degraded`` when an insert has
+                                                          run this long, or messages have waited this long
+                                                          without a successful insert (frozen ClickHouse)
 ====================================  ==================  ===============================================
 
 A batch is also inserted as soon as it holds ``EROICA_CLICKHOUSE_BATCH_SIZE``
@@ -50,7 +53,7 @@ DEFAULT_GROUP = "eroica-sink"
 # Every variable this module reads (tests/test_compose.py checks deployments against it).
 ENV_VARS: tuple[str, ...] = (
     "EROICA_SINK_GROUP", "EROICA_SINK_FLUSH_MS", "EROICA_SINK_HTTP_PORT",
-    "EROICA_SINK_SESSION_TIMEOUT_MS", "EROICA_SINK_TOKEN_FILE",
+    "EROICA_SINK_SESSION_TIMEOUT_MS", "EROICA_SINK_TOKEN_FILE", "EROICA_SINK_STUCK_S",
 )
 
 
@@ -89,10 +92,14 @@ class SinkWorkerConfig:
     create_topics: bool = True
     # The query endpoint's token file; None: the worker picks (see the module doc).
     token_file: str | None = None
+    # /health turns "degraded" when storing is stuck this long (see the module doc).
+    stuck_after_s: float = 20.0
 
     def __post_init__(self) -> None:
         if self.flush_interval_s <= 0:
             raise ValueError("flush interval must be > 0")
+        if self.stuck_after_s <= 0:
+            raise ValueError("stuck_after_s must be > 0")
         if not self.group_id:
             raise ValueError("consumer group id is empty")
         if self.max_poll_messages < 1:
@@ -125,6 +132,11 @@ class SinkWorkerConfig:
             except ValueError:
                 raise ValueError("EROICA_SINK_SESSION_TIMEOUT_MS="
                                  f"{env['EROICA_SINK_SESSION_TIMEOUT_MS']!r} is not an integer") from None
+        if env.get("EROICA_SINK_STUCK_S"):
+            try:
+                kw["stuck_after_s"] = float(env["EROICA_SINK_STUCK_S"])
+            except ValueError:
+                raise ValueError(f"EROICA_SINK_STUCK_S={env['EROICA_SINK_STUCK_S']!r} is not a number") from None
         if env.get("EROICA_SINK_TOKEN_FILE"):
             kw["token_file"] = env["EROICA_SINK_TOKEN_FILE"]
         elif env.get("EROICA_DATA_DIR"):

@@ -454,6 +454,9 @@ def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig |
 
     @app.task
     async def announce() -> None:  # once faust has set up logging
+        from eroica.stack.logfilter import install as limit_repeats
+
+        limit_repeats()  # a broker that is away makes aiokafka log every reconnect attempt
         log.info("eroica %s worker %s on %s; window %.0f s, lateness %.0f s; stats %s", role, app_id,
                  config.bootstrap, settings.window_s, settings.lateness_ns / 1e9, web)
     try:
