@@ -81,7 +81,7 @@ def stack_depths(cols: Columns) -> np.ndarray:
     return depth[cols.arrays["stack"]] if len(vocab) else np.zeros(len(cols), dtype=np.int64)
 
 
-def summarise_fn(fn: Columns) -> tuple[FnRows, RankRows, InFlightRows]:
+def summarise_fn(fn: Columns, window_end_ns: int | None = None) -> tuple[FnRows, RankRows, InFlightRows]:
     """Per-rank patterns of the finished executions in a window (the summariser's work).
 
     Everything here is computed per rank, so the rows of a rank do not depend
@@ -105,7 +105,13 @@ def summarise_fn(fn: Columns) -> tuple[FnRows, RankRows, InFlightRows]:
     level = _LEVEL_OF_KIND[kinds]
     host = level == HOST_LEVEL
     level = np.where(host, HOST_LEVEL + (depth.max(initial=0) - depth), level)
-    excl = exclusive_time(slot, start, start + dur, level, int((start + dur).max()) + 1)
+    # Spans are clipped to the window: what an enclosing frame (a 40 s train_step)
+    # covers after the window's end is covered by records of the *next* window,
+    # which this one does not see; unclipped, it would all read as host time.
+    end = start + dur
+    if window_end_ns is not None:
+        end = np.minimum(end, max(int(window_end_ns) - int(a["ts_ns"].min()), 0))
+    excl = exclusive_time(slot, start, np.maximum(end, start), level, int(end.max()) + 1)
 
     # Whole steps: a rank's first and last step in the window may be cut by its
     # edges; they become one row each ("edge" rows, summed with their other part

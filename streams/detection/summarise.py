@@ -19,7 +19,7 @@ def digest_window(window: JobWindow) -> WindowDigest:
     d = WindowDigest(window.job, window.start_ns, window.end_ns)
     fn = window.get("fn")
     if fn is not None and len(fn):
-        d.fns, d.ranks, d.in_flight = summarise_fn(fn)
+        d.fns, d.ranks, d.in_flight = summarise_fn(fn, window.end_ns)
         d.colls = summarise_collectives(fn)
     c = summarise(window.get("gpu"), window.get("nic"), window.get("host"))
     d.gpu, d.gpu_index, d.host = c.gpu, c.gpu_index, c.host
