@@ -70,19 +70,27 @@ class Scenario:
     tp: int | None = None
 
 
+class _Draws:
+    """Culprits drawn from the seed, in one fixed order for both profiles' scenario lists."""
+
+    def __init__(self, nodes: int, gpus: int, seed: int) -> None:
+        self.rng = random.Random(seed * 7919 + nodes)
+        self.nodes, self.world = nodes, nodes * gpus
+        self.n1 = self.node()
+        self.r_other = self.rng.choice([r for r in range(self.world) if r // gpus != self.n1])
+        self.cong = self.rng.sample(range(nodes), k=max(2, nodes // 3))
+
+    def rank(self) -> int:
+        return self.rng.randrange(self.world)
+
+    def node(self, exclude: frozenset[int] = frozenset()) -> int:
+        return self.rng.choice([n for n in range(self.nodes) if n not in exclude])
+
+
 def scenarios(nodes: int, gpus: int, seed: int) -> list[Scenario]:
-    rng = random.Random(seed * 7919 + nodes)
-    world = nodes * gpus
 
-    def rank() -> int:
-        return rng.randrange(world)
-
-    def node(exclude: set[int] = frozenset()) -> int:  # type: ignore[assignment]
-        return rng.choice([n for n in range(nodes) if n not in exclude])
-
-    n1 = node()
-    r_other = rng.choice([r for r in range(world) if r // gpus != n1])
-    cong = rng.sample(range(nodes), k=max(2, nodes // 3))
+    d = _Draws(nodes, gpus, seed)
+    rng, rank, node, n1, r_other, cong = d.rng, d.rank, d.node, d.n1, d.r_other, d.cong
     return [
         Scenario("healthy", []),
         Scenario("healthy-pp", [], pp=2),
@@ -129,21 +137,13 @@ def realistic_scenarios(nodes: int, gpus: int, seed: int) -> list[Scenario]:
     """Every fault (sized to the seed's step), 4 healthy runs (two pipelined), two faults at once and
     the field misses. Culprits come from the same stream as :func:`scenarios`: independent of the
     nuisances, which the simulator draws from its own."""
-    rng = random.Random(seed * 7919 + nodes)
     world = nodes * gpus
     plan = plan_for(seed)
     step_ms = plan.step_s * 1e3
     ms = {k: round(v * step_ms, 3) for k, v in FAULT_STEP_SHARE.items()}
 
-    def rank() -> int:
-        return rng.randrange(world)
-
-    def node(exclude: set[int] = frozenset()) -> int:  # type: ignore[assignment]
-        return rng.choice([n for n in range(nodes) if n not in exclude])
-
-    n1 = node()
-    r_other = rng.choice([r for r in range(world) if r // gpus != n1])
-    cong = rng.sample(range(nodes), k=max(2, nodes // 3))
+    d = _Draws(nodes, gpus, seed)
+    rng, rank, node, n1, r_other, cong = d.rng, d.rank, d.node, d.n1, d.r_other, d.cong
     kr_fn = rng.choice(list(REGRESSION_KERNELS))
     early_fn = rng.choice(list(REGRESSION_KERNELS))
     share = rng.uniform(*REGRESSION_SHARE)
