@@ -108,7 +108,8 @@ class WindowDigest(msgspec.Struct):
     version: int = DIGEST_VERSION
 
 
-def _concat_rows(parts: Sequence[msgspec.Struct]) -> msgspec.Struct:
+def concat_rows(parts: Sequence[msgspec.Struct]) -> msgspec.Struct:
+    """Rows of the same kind side by side (ranks of partitions, or time windows of one job)."""
     cls = type(parts[0])
     return cls(**{f: [x for p in parts for x in getattr(p, f)] for f in cls.__struct_fields__})
 
@@ -125,7 +126,7 @@ def merge_digests(digests: Sequence[WindowDigest]) -> WindowDigest:
             raise ValueError("digests of different job windows cannot merge")
     out = WindowDigest(d0.job, d0.start_ns, d0.end_ns)
     for name in ("ranks", "fns", "colls", "in_flight"):
-        setattr(out, name, _concat_rows([getattr(d, name) for d in digests]))
+        setattr(out, name, concat_rows([getattr(d, name) for d in digests]))
     for name in ("gpu", "gpu_index", "nic", "host"):
         merged: dict = {}
         for d in digests:

@@ -33,7 +33,7 @@ from typing import Sequence
 import msgspec
 import numpy as np
 
-from eroica.models.digest import INTERIOR, CollRows, FnRows, InFlightRows, RankRows, WindowDigest
+from eroica.models.digest import INTERIOR, CollRows, FnRows, RankRows, WindowDigest, concat_rows
 
 from .grouping import dense_ids, group_max, group_min, group_sum
 
@@ -49,10 +49,6 @@ MAX_PENDING_WINDOWS = 16
 # A rank silent for this many time windows (2 min at the default 30 s: longer than
 # any single operation of a healthy step) no longer holds the cut back.
 LIVE_WINDOWS = 4
-
-
-def _rows(parts: Sequence[msgspec.Struct], cls: type) -> msgspec.Struct:
-    return cls(**{f: [x for p in parts for x in getattr(p, f)] for f in cls.__struct_fields__})
 
 
 def _merge_metrics(maps: Sequence[dict[str, float]]) -> dict[str, float]:
@@ -92,10 +88,10 @@ def _merge_counters(digests: Sequence[WindowDigest], name: str) -> dict:
 def concat(parts: Sequence[WindowDigest], start_ns: int, end_ns: int) -> WindowDigest:
     """The rows of consecutive time windows side by side (no merging of duplicates yet)."""
     out = WindowDigest(parts[0].job, start_ns, end_ns)
-    out.ranks = _rows([d.ranks for d in parts], RankRows)
-    out.fns = _rows([d.fns for d in parts], FnRows)
-    out.colls = _rows([d.colls for d in parts], CollRows)
-    out.in_flight = _rows([d.in_flight for d in parts], InFlightRows)
+    out.ranks = concat_rows([d.ranks for d in parts])
+    out.fns = concat_rows([d.fns for d in parts])
+    out.colls = concat_rows([d.colls for d in parts])
+    out.in_flight = concat_rows([d.in_flight for d in parts])
     out.gpu = _merge_counters(parts, "gpu")
     out.nic = _merge_counters(parts, "nic")
     out.host = _merge_counters(parts, "host")
@@ -147,10 +143,6 @@ def complete_steps(d: WindowDigest, cut: int) -> dict[int, int]:
     for r, _s in edge:
         out[r] = out.get(r, 0) + 1
     return out
-
-
-def _cat(parts: Sequence[msgspec.Struct]) -> msgspec.Struct:
-    return _rows(parts, type(parts[0]))
 
 
 def _take(rows: msgspec.Struct, idx: np.ndarray) -> msgspec.Struct:
@@ -217,6 +209,10 @@ def _merge_colls(c: CollRows) -> CollRows:
     return out
 
 
+def _nonempty(d: WindowDigest) -> WindowDigest | None:
+    return d if d.ranks.rank or d.fns.rank or d.colls.rank else None
+
+
 def split_at_cut(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, WindowDigest]:
     """(the complete steps, the rest to carry); ``cut=None`` takes everything (end of input, hang)."""
     limit = np.iinfo(np.int64).max if cut is None else cut
@@ -228,13 +224,13 @@ def split_at_cut(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, Window
     fstep = np.asarray(d.fns.step, dtype=np.int64)
     interior = fstep == INTERIOR
     edge_done = ~interior & (fstep < limit)
-    done.fns = _cat([_take(d.fns, np.flatnonzero(interior)), _merge_fn_edges(_take(d.fns, np.flatnonzero(edge_done)))])
+    done.fns = concat_rows([_take(d.fns, np.flatnonzero(interior)), _merge_fn_edges(_take(d.fns, np.flatnonzero(edge_done)))])
     carry.fns = _take(d.fns, np.flatnonzero(~interior & ~edge_done))
 
     rstep = np.asarray(d.ranks.step, dtype=np.int64)
     interior = rstep == INTERIOR
     edge_done = ~interior & (rstep < limit)
-    done.ranks = _cat([_take(d.ranks, np.flatnonzero(interior)),
+    done.ranks = concat_rows([_take(d.ranks, np.flatnonzero(interior)),
                        _merge_rank_edges(_take(d.ranks, np.flatnonzero(edge_done)))])
     carry.ranks = _take(d.ranks, np.flatnonzero(~interior & ~edge_done))
 
@@ -242,7 +238,6 @@ def split_at_cut(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, Window
     keep = cstep < limit
     done.colls = _merge_colls(_take(d.colls, np.flatnonzero(keep)))
     carry.colls = _take(d.colls, np.flatnonzero(~keep))
-    carry.gpu, carry.nic, carry.host = {}, {}, {}
     return done, carry
 
 
@@ -264,7 +259,7 @@ def assemble(pending: Sequence[WindowDigest], carry: WindowDigest | None,
     live = live_ranks(pending)
     if final or hung or len(pending) >= MAX_PENDING_WINDOWS:
         done, rest = split_at_cut(whole, None if (final or hung) else cut_of(whole, live))
-        return done, (rest if rest.ranks.rank or rest.fns.rank or rest.colls.rank else None)
+        return done, _nonempty(rest)
     cut = cut_of(whole, live)
     held = complete_steps(whole, cut)
     if live is not None:
@@ -272,4 +267,4 @@ def assemble(pending: Sequence[WindowDigest], carry: WindowDigest | None,
     if not held or min(held.values()) < MIN_WINDOW_STEPS:
         return None, carry
     done, rest = split_at_cut(whole, cut)
-    return done, (rest if rest.ranks.rank or rest.fns.rank or rest.colls.rank else None)
+    return done, _nonempty(rest)
