@@ -547,7 +547,10 @@ class Simulation:
         h = self._launch(op, lo, hi)
         return np.maximum(self.gpu[lo:hi], h)
 
-    def _recv(self, op_send: Op, op_recv: Op, src: int, dst: int, arr_s: np.ndarray) -> None:
+    def _recv(self, op_send: Op, op_recv: Op, src: int, dst: int, arr_s: np.ndarray,
+              sender_waits: bool = True) -> None:
+        """A pipeline transfer; ``sender_waits=False`` when the send did not block (1F1B's
+        non-blocking sends): then only the receiver waits for it to end."""
         L = self.L
         slo, shi = L.stage_slice(src)
         lo, hi = L.stage_slice(dst)
@@ -567,7 +570,8 @@ class Simulation:
                         self.flaps.append((int(i), float(start[j]), float(start[j] + stall[i])))
         end = xs + op_send.nbytes / bw + np.where(same, A_INTRA, A_INTER)
         self._traffic(a, b, same, viapcie, xs, end, float(op_send.nbytes))
-        self.gpu[slo:shi] = end
+        if sender_waits:
+            self.gpu[slo:shi] = end
         self.gpu[lo:hi] = end
         self._comm_busy(slo, shi, arr_s, end)
         self._comm_busy(lo, hi, arr_r, end)
@@ -724,7 +728,7 @@ class Simulation:
                         key = (d, m) + src
                         if key not in pend:
                             break
-                        self._recv_async(sop, rop, src[0], s, pend.pop(key))
+                        self._recv(sop, rop, src[0], s, pend.pop(key), sender_waits=False)
                     ops = pr.fwd_chunks[s][c] if fwd else pr.bwd_chunks[s][c]
                     base = sum(len(x) for x in pr.fwd_chunks[s][:c])
                     for i, op in enumerate(ops):
@@ -739,32 +743,6 @@ class Simulation:
             if not moved:  # pragma: no cover - the orders below are valid schedules
                 raise AssertionError(f"pipeline schedule stuck at {pos}")
         self._emit(pr.pipe_frame, 0, self.W, p_open, self.host.copy())
-
-    def _recv_async(self, op_send: Op, op_recv: Op, src: int, dst: int, arr_s: np.ndarray) -> None:
-        """A pipeline transfer whose sender did not block (1F1B): only the receiver waits for it."""
-        L = self.L
-        slo, shi = L.stage_slice(src)
-        lo, hi = L.stage_slice(dst)
-        h = self._launch(op_recv, lo, hi)
-        arr_r = np.maximum(self.gpu[lo:hi], h)
-        a, b = np.arange(slo, shi), np.arange(lo, hi)
-        mult, stall = self._nic_instance()
-        bw, same, viapcie = self._hops(a, b, mult)
-        xs = np.maximum(arr_s, arr_r)
-        if stall is not None and stall.any():
-            st = np.where(same, 0.0, np.maximum(stall[a], stall[b]))
-            for j in np.nonzero(st > 0)[0]:
-                for i in (a[j], b[j]):
-                    if stall[i] > 0 and math.isfinite(xs[j]):
-                        self.flaps.append((int(i), float(xs[j]), float(xs[j] + stall[i])))
-            xs = xs + st
-        end = xs + op_send.nbytes / bw + np.where(same, A_INTRA, A_INTER)
-        self._traffic(a, b, same, viapcie, xs, end, float(op_send.nbytes))
-        self.gpu[lo:hi] = end
-        self._comm_busy(slo, shi, arr_s, end)
-        self._comm_busy(lo, hi, arr_r, end)
-        self._emit(op_send, slo, shi, arr_s, end, L.pp_group)
-        self._emit(op_recv, lo, hi, arr_r, end, L.pp_group)
 
     def _between_steps(self, k: int) -> None:
         """Realistic profile: a checkpoint and / or an evaluation after step ``k``, on every rank."""
