@@ -7,6 +7,7 @@ CLI tests (``tests`` is on sys.path through the root conftest).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -166,3 +167,13 @@ def clickhouse_url(config: ClickHouseConfig) -> str:
     if config.backend == "chdb":
         return f"chdb://{config.chdb_path}"
     return f"clickhouse://{config.host}:{config.port}/{config.database}"
+
+
+def stop_stack(up: subprocess.Popen) -> None:
+    """End an ``eroica up`` child: SIGTERM and a minute to stop cleanly, then kill its group."""
+    if up.poll() is None:
+        up.send_signal(signal.SIGTERM)
+    try:
+        up.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(up.pid, signal.SIGKILL)

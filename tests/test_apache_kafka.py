@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from kafka_fixtures import consume
-from sink_helpers import wait_for
+from sink_helpers import stop_stack, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST_ENV = {"EROICA_SINK_SESSION_TIMEOUT_MS": "6000", "EROICA_SINK_FLUSH_MS": "100"}
@@ -219,10 +218,5 @@ def test_partition_leader_killed_mid_replay_loses_and_doubles_nothing(kafka_clus
         if replay is not None and replay.poll() is None:
             replay.kill()
             replay.wait(10)
-        if up.poll() is None:
-            up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
+        stop_stack(up)
         log.close()

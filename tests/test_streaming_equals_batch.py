@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from sink_helpers import wait_for
+from sink_helpers import stop_stack, wait_for
 
 FAST_ENV = {"EROICA_SINK_SESSION_TIMEOUT_MS": "2000", "EROICA_SINK_FLUSH_MS": "100"}
 
@@ -78,10 +77,5 @@ def test_replay_through_the_stack_stores_the_verdict_ids_of_analyze(tmp_path: Pa
         time.sleep(3)  # anything extra would arrive about now
         assert stored() == expected == got
     finally:
-        if up.poll() is None:
-            up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
+        stop_stack(up)
         log.close()
