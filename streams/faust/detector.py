@@ -305,6 +305,10 @@ class DetectorCore:
 
     def _flush(self, st: JobState) -> list[Send]:
         verdicts, st.history = flush_job(st.meta, st.history, detected_at_ns=self.wall_ns())
+        return self._verdict_sends(st, verdicts)
+
+    def _verdict_sends(self, st: JobState, verdicts: list) -> list[Send]:
+        """The verdicts as messages keyed by the job, counted."""
         self.stats.verdicts += len(verdicts)
         metrics.records_out("detector", VERDICTS, len(verdicts))
         key = st.job.encode()
@@ -319,13 +323,10 @@ class DetectorCore:
         verdicts, st.history = detect_step(merged, st.meta, st.history, detected_at_ns=self.wall_ns())
         rows = pattern_summaries(merged)
         self.stats.windows += 1
-        self.stats.verdicts += len(verdicts)
         metrics.window_closed("detector")
         metrics.detection_delay("detector", (self.wall_ns() - merged.end_ns) / 1e9)
-        metrics.records_out("detector", VERDICTS, len(verdicts))
         self.stats.pattern_rows += len(rows)
-        key = st.job.encode()
-        sends = [Send(VERDICTS, key, encode_verdict(v)) for v in verdicts]
+        sends = self._verdict_sends(st, verdicts)
         if rows:
-            sends.append(Send(PATTERNS, key, encode_patterns(rows)))
+            sends.append(Send(PATTERNS, st.job.encode(), encode_patterns(rows)))
         return sends
