@@ -7,7 +7,10 @@ import pytest
 
 from eroica.models.columns import from_records
 from eroica.models.records import FnRecord, GpuRecord, HostRecord
-from eroica.streams.detection import detect_window
+from eroica.streams.detection import detect, detect_window
+from eroica.streams.detection.detector import WARMUP_STEPS
+from eroica.streams.detection.history import JobHistory
+from eroica.streams.detection.summarise import digest_window
 from eroica.streams.detection.grouping import dense_ids, group_quantiles
 from eroica.streams.detection.intervals import exclusive_time, merge
 from eroica.streams.detection.robust import leave_one_out_median, robust_z
@@ -56,12 +59,16 @@ def test_group_quantiles():
 
 def _job(slow_rank: int | None = None, factor: float = 1.5, loader_node: str | None = None,
          ranks: int = 8, per_node: int = 4, steps: int = 10, throttle: bool = True,
-         model: dict[str, tuple[float, float]] | None = None):
-    """A lock-step job: loader, GEMM, all-reduce over all ranks, per step."""
+         model: dict[str, tuple[float, float]] | None = None,
+         step_factor: dict[tuple[int | None, int], float] | None = None, step0: int = 0):
+    """A lock-step job: loader, GEMM, all-reduce over all ranks, per step.
+
+    ``step_factor[(rank, step)]`` scales one rank's GEMM in one step (rank None: every rank's).
+    """
     rng = np.random.default_rng(0)
     fns, gpus, hosts = [], [], []
     t = T0
-    for step in range(steps):
+    for step in range(step0, step0 + steps):
         arrivals = {}
         for r in range(ranks):
             node = f"n{r // per_node}"
@@ -69,6 +76,7 @@ def _job(slow_rank: int | None = None, factor: float = 1.5, loader_node: str | N
             load = (80 if loader_node == node else 2) * MS
             speed, ceiling = (model or {}).get(node, (1.0, 1980.0))  # a node's GPU model: speed, max clock
             k = 100 * MS * (factor if r == slow_rank else 1.0) * rng.uniform(0.99, 1.01) / speed
+            k *= (step_factor or {}).get((r, step), 1.0) * (step_factor or {}).get((None, step), 1.0)
             fns.append(FnRecord(job="j", node=node, rank=r, step=step, fn="DataLoader.__next__",
                                 kind="dataloader", ts_ns=t, dur_ns=int(load)))
             fns.append(FnRecord(job="j", node=node, rank=r, step=step, fn="sm90_xmma_gemm", kind="kernel",
@@ -114,6 +122,22 @@ def test_throttled_gpu_is_named_and_victims_are_not():
 def test_more_work_with_normal_clocks_is_workload():
     (v,) = detect_window(_job(slow_rank=2, throttle=False))
     assert (v.component, v.rank) == ("workload", 2)
+
+
+def test_one_odd_step_never_alarms_from_one_window_a_steady_level_does():
+    """Three steps, one of them odd on every rank (an evaluation: 4x the GEMM work), and rank 2's
+    kernel spiking 2.5x in another: the per-step median reads 2.5x for rank 2, yet its best step is
+    normal, so one window may not alarm. The same 2.5x in every step is a level and does."""
+    def after_warm_up(**kw) -> list:
+        window = _job(steps=3, step0=WARMUP_STEPS, throttle=False, **kw)
+        return detect(digest_window(window), history=JobHistory(job="j", first_step=0))
+
+    odd = {(None, WARMUP_STEPS + 2): 4.0}
+    spike = after_warm_up(step_factor={**odd, (2, WARMUP_STEPS + 1): 2.5})
+    assert [(v.rank, v.slowdown > 2, v.confidence < 0.5) for v in spike] == [(2, True, True)]
+    assert spike[0].evidence["persistence"]["consecutive_windows"] == 1
+    (level,) = after_warm_up(slow_rank=2, factor=2.5, step_factor=odd)
+    assert (level.rank, level.component) == (2, "workload") and level.confidence >= 0.9
 
 
 def test_slow_loader_on_a_node_is_node_scope():

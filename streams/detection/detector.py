@@ -168,6 +168,7 @@ def _one_per_culprit(findings: list[Finding]) -> list[Finding]:
 PERSIST_WINDOWS = 2      # a finding must be seen in this many consecutive windows ...
 OVERWHELMING = 0.9       # ... unless a single window is this sure
 UNCONFIRMED_CAP = 0.45   # below the alarm level of 0.5
+STEADY_SHARE = 0.5       # share of a rank's excess its best step must still pay to be a steady level
 
 
 # A job's first steps are its warm-up: compilation, autotuning, allocator growth and
@@ -181,10 +182,11 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: b
     """Confidence from persistence; returns the new streaks.
 
     Unconfirmed findings (first window) stay below the alarm level unless
-    overwhelming; each further consecutive window counts as independent
-    evidence (1 - (1 - c)^n, up to three windows), so a moderate but steady
-    problem becomes an alarm while a one-off never does. A job window that
-    holds warm-up steps neither alarms nor starts a streak (hangs excepted).
+    overwhelming and steady (seen in every step of the window); each further
+    consecutive window counts as independent evidence (1 - (1 - c)^n, up to
+    three windows), so a moderate but steady problem becomes an alarm while a
+    one-off never does. A job window that holds warm-up steps neither alarms
+    nor starts a streak (hangs excepted).
     """
     streak: dict[str, int] = {}
     for f in findings:
@@ -200,7 +202,7 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: b
         n = history.streak.get(iid, 0) + 1
         streak[iid] = n
         f.evidence["persistence"] = {"consecutive_windows": n}
-        if n < PERSIST_WINDOWS and f.confidence < OVERWHELMING:
+        if n < PERSIST_WINDOWS and (f.confidence < OVERWHELMING or not f.steady):
             f.confidence = min(f.confidence, UNCONFIRMED_CAP)
         elif n >= PERSIST_WINDOWS:
             f.confidence = round(float(min(0.99, 1.0 - (1.0 - f.confidence) ** min(n, 3))), 3)
@@ -255,6 +257,13 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         # peers that spend ~nothing in these functions: the same 0.1%-of-a-step floor as the peer test
         slowdown = sum(c.value for c in mine) / max(sum(c.peer_median for c in mine), 0.001 * step_ns * len(mine))
         score = max(c.z for c in mine)
+        # Half the excess still there in the rank's best step (the low quantile over
+        # its steps) means every step pays it: a level, not one odd step whose cost a
+        # three-step median cannot hide when another step is odd too (an evaluation).
+        # A function that runs in few steps cannot show it in every step.
+        steady_excess = sum(max(0.0, float(p.low_ns[c.slot, c.fn]) - c.peer_median) for c in mine
+                            if not p.sporadic[c.slot, c.fn] and np.isfinite(p.low_ns[c.slot, c.fn]))
+        steady = steady_excess >= STEADY_SHARE * sum(c.excess for c in mine)
         evidence = {
             p.fn_names[c.fn]: {"culprit_ns_per_step": round(c.value), "peer_median_ns_per_step": round(c.peer_median),
                                "ratio": round(c.ratio, 3), "robust_z": round(c.z, 2)}
@@ -287,7 +296,7 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             gpu=counters.gpu_index.get(rank, -1), fn=p.fn_names[top.fn], slowdown=round(float(slowdown), 4),
             score=round(float(score), 3), confidence=confidence_of(slowdown, score, total / step_ns),
             peers=peers, culprits=[rank], evidence=evidence,
-            summary=f"{why}; its {what} run {slowdown:.2f}x slower than {len(peers)} peers",
+            summary=f"{why}; its {what} run {slowdown:.2f}x slower than {len(peers)} peers", steady=steady,
         ))
     return _merge_nodes(per_rank, layout, p)
 
@@ -338,6 +347,7 @@ def _merge_nodes(findings: list[Finding], layout: Layout, p: Patterns) -> list[F
                 peers=peers, culprits=culprits,
                 evidence={**best.evidence, "ranks_affected": {"culprit": culprits}},
                 summary=best.summary.replace("its ", f"all {len(culprits)} ranks' ", 1),
+                steady=all(f.steady for f in fs),
             ))
         else:
             out.extend(fs)

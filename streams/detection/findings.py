@@ -23,6 +23,9 @@ class Finding:
     culprits: list[int] = field(default_factory=list)   # ranks the finding blames (for victim separation)
     evidence: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
+    # The effect is a level, seen in the window's best steps too, not one odd step
+    # (a kernel spike, a stray pause): only a steady finding may alarm from one window.
+    steady: bool = True
 
 
 def confidence_of(ratio: float, z: float, material: float, material_full: float = 0.05) -> float:

@@ -66,6 +66,7 @@ class Patterns:
     steps: np.ndarray            # (R,) distinct steps seen
     step_time_ns: np.ndarray     # (R,) median step span
     window_ns: int
+    sporadic: np.ndarray         # (R, F) ran in fewer than half the rank's steps (cost = mean per step)
 
     def slot(self, rank: int) -> int:
         return int(np.searchsorted(self.ranks, rank))
@@ -259,6 +260,7 @@ def build_patterns(d: WindowDigest) -> Patterns:
         count=count, total_ns=total, excl_ns=excl, median_ns=wmedian(f.median_ns),
         p90_ns=wmedian(f.p90_ns), p99_ns=p99, per_step_ns=per_step, low_ns=low,
         beta=excl / np.where(busy > 0, busy, float(window_ns))[:, None], steps=steps, step_time_ns=step_time, window_ns=window_ns,
+        sporadic=sporadic,
     )
 
 
