@@ -9,7 +9,9 @@ import sys
 import click
 
 
-@click.command()
+@click.command(epilog="""\b
+Exit codes: 0 stopped (Ctrl-C / SIGTERM, or --duration over), 1 runtime
+error (output or Kafka), 2 usage error.""")
 @click.option("--job", required=True, help="Training job id the samples belong to.")
 @click.option("--kafka", "bootstrap", default=None, metavar="HOST:PORT",
               help="Publish frames to this Kafka broker (never blocks: a full queue drops and counts).")

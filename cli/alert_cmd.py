@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
 import click
+
+from .stack_options import data_dir_option, kafka_bootstrap, kafka_option
 
 
 def _components() -> list[str]:
@@ -17,8 +20,8 @@ def _components() -> list[str]:
 
 
 @click.command("alert", epilog="""\b
-Exit codes: 0 stopped by Ctrl-C / SIGTERM, 1 runtime error (Kafka, state
-file in use or corrupt), 2 usage error.""")
+Exit codes: 0 stopped by Ctrl-C / SIGTERM, 1 runtime error (no stack found,
+Kafka, state file in use or corrupt), 2 usage error.""")
 @click.option("--webhook", default=None, metavar="URL",
               help="Where notifications are POSTed [default: $EROICA_ALERT_WEBHOOK]; required.")
 @click.option("--min-confidence", type=click.FloatRange(0.0, 1.0), default=None,
@@ -27,8 +30,8 @@ file in use or corrupt), 2 usage error.""")
               help="Alert only on this component (repeat for several) [default: all].")
 @click.option("--format", "fmt", type=click.Choice(["json", "slack", "alertmanager"]), default=None,
               help="Body of the POST [default: json].")
-@click.option("--kafka", "bootstrap", default=None, metavar="HOST:PORT",
-              help="Kafka bootstrap servers [default: $EROICA_KAFKA_BOOTSTRAP or 127.0.0.1:9092].")
+@kafka_option
+@data_dir_option
 @click.option("--group", default=None, help="Consumer group [default: eroica-alert].")
 @click.option("--reminder", default=None, metavar="DURATION",
               help="Remind every DURATION while an incident stays open (90s, 30m, 2h; 'off') [default: 30m].")
@@ -46,7 +49,8 @@ file in use or corrupt), 2 usage error.""")
                    "resolve by --stale-after only.")
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
 def alert(webhook: str | None, min_confidence: float | None, components: tuple[str, ...], fmt: str | None,
-          bootstrap: str | None, group: str | None, reminder: str | None, resolve_after: int | None,
+          bootstrap: str | None, data_dir: Path | None, group: str | None, reminder: str | None,
+          resolve_after: int | None,
           stale_after: str | None, state_path: Path | None, retry_max: str | None, no_window_clock: bool,
           quiet: bool) -> None:
     """Turn verdicts into incident notifications on a webhook, until Ctrl-C / SIGTERM.
@@ -62,7 +66,10 @@ def alert(webhook: str | None, min_confidence: float | None, components: tuple[s
       eroica alert --webhook https://hooks.slack.com/services/T/B/X --format slack
       eroica alert --webhook http://alertmanager:9093/api/v2/alerts --format alertmanager \\
                    --component gpu --component nic --min-confidence 0.8
-      eroica alert --webhook http://127.0.0.1:8000/hook --kafka 127.0.0.1:40123 --reminder off
+      eroica alert --webhook http://127.0.0.1:8000/hook --kafka 127.0.0.1:9092 --reminder off
+
+    With no --kafka, it reads the verdict topic of the stack `eroica up` runs
+    (found in the data directory, as `eroica verdicts` finds it).
     """
     from eroica.sinks.alerts.config import AlertConfig, parse_duration_ns
     from eroica.sinks.alerts.consumer import AlertConsumer
@@ -70,6 +77,9 @@ def alert(webhook: str | None, min_confidence: float | None, components: tuple[s
 
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s eroica alert: %(message)s")
+    if not webhook and not os.environ.get("EROICA_ALERT_WEBHOOK"):
+        raise click.UsageError("--webhook URL is required (or $EROICA_ALERT_WEBHOOK)")
+    bootstrap = kafka_bootstrap(bootstrap, data_dir)
     try:
         overrides: dict[str, object] = {
             "webhook": webhook, "min_confidence": min_confidence, "components": components or None, "fmt": fmt,

@@ -37,23 +37,10 @@ class _Tally:
 
 
 def render_table(verdicts: list[Verdict]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    """Verdicts for a terminal: a table when wide, blocks at 80 columns (no word cut; cli/tables.py)."""
+    from .tables import render_verdicts
 
-    console = Console()
-    if not verdicts:
-        console.print("no verdict: no rank, node or link behaves abnormally")
-        return
-    table = Table(show_lines=True)
-    for col in ("window", "kind", "component", "scope", "culprit", "slowdown", "conf", "summary"):
-        table.add_column(col, overflow="fold")
-    for v in verdicts:
-        culprit = f"rank {v.rank}" if v.scope == "rank" else v.node if v.scope == "node" else "job"
-        table.add_row(
-            time.strftime("%H:%M:%S", time.gmtime(v.window_start_ns / 1e9)), v.kind, v.component, v.scope,
-            culprit, f"{v.slowdown:.2f}x", f"{v.confidence:.2f}", v.summary,
-        )
-    console.print(table)
+    render_verdicts(verdicts)
 
 
 @click.command(epilog="""\b

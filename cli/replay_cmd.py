@@ -13,6 +13,8 @@ import click
 
 from eroica.cli.main import EXIT_NO_VALID_RECORD
 
+from .stack_options import data_dir_option, kafka_bootstrap, kafka_option
+
 
 def _parse_rate(value: str) -> float | None:
     if value.lower() == "max":
@@ -27,19 +29,19 @@ def _parse_rate(value: str) -> float | None:
 
 
 @click.command(epilog="""\b
-Exit codes: 0 everything delivered, 1 broker unreachable or a delivery
-failed, 2 usage error, 3 no valid record in the input.""")
+Exit codes: 0 everything delivered, 1 no stack found, broker unreachable or
+a delivery failed, 2 usage error, 3 no valid record in the input.""")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--rate", default="max", show_default=True, metavar="N|max",
               help="Records per second to replay at, or 'max' for as fast as the broker takes them.")
-@click.option("--kafka", "bootstrap", default=None, metavar="HOST:PORT",
-              help="Kafka bootstrap servers [default: $EROICA_KAFKA_BOOTSTRAP or 127.0.0.1:9092].")
+@kafka_option
+@data_dir_option
 @click.option("--frame-records", type=click.IntRange(min=1), default=None,
               help="Most records per frame [default: $EROICA_KAFKA_FRAME_RECORDS or 1000].")
 @click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               metavar="SECONDS", help="Give up when the broker does not answer within this time.")
 @click.option("-q", "--quiet", is_flag=True, help="Errors only: no progress, no summary on stderr.")
-def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, frame_records: int | None,
+def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, frame_records: int | None,
            connect_timeout: float, quiet: bool) -> None:
     """Replay telemetry-v1 JSONL FILE(s) (gzip or '-' for stdin) onto Kafka as columnar frames.
 
@@ -47,9 +49,13 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, frame_recor
     and an end-of-stream marker per rank/node follows when all files are read.
     On a terminal a spinner counts the messages sent (not when piped, nor with --quiet).
 
+    With no --kafka, the records go to the broker of the stack `eroica up`
+    runs (found in the data directory, as `eroica verdicts` finds it).
+
     \b
     Examples:
-      eroica replay run.jsonl --kafka 127.0.0.1:40123
+      eroica replay run.jsonl
+      eroica replay run.jsonl --kafka 127.0.0.1:9092
       eroica replay run.jsonl.gz --rate 20000
       eroica simulate -o - --fault nic:node=2 | eroica replay -
     """
@@ -59,6 +65,7 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, frame_recor
 
     logging.basicConfig(level=logging.WARNING, format="eroica: %(message)s", stream=sys.stderr)
     per_s = _parse_rate(rate)
+    bootstrap = kafka_bootstrap(bootstrap, data_dir)
     try:
         config = KafkaConfig.from_env(bootstrap=bootstrap, frame_records=frame_records)
     except ValueError as exc:

@@ -9,13 +9,13 @@ from pathlib import Path
 import click
 
 from .main import EXIT_NO_VALID_RECORD
-from .stack_options import clickhouse_option, data_dir_option, resolve_data_dir
+from .stack_options import clickhouse_option, data_dir_option, query_target, resolve_data_dir
 
 
 @click.command("report", epilog="""\b
-Exit codes: 0 page written, 1 runtime error (unreadable input, ClickHouse
-unreachable, nothing stored for --job), 2 usage error, 3 no valid record in
-the input FILEs.""")
+Exit codes: 0 page written, 1 runtime error (unreadable input; with --job:
+no stack found, ClickHouse unreachable, nothing stored for the job), 2 usage
+error, 3 no valid record in the input FILEs.""")
 @click.argument("files", nargs=-1, type=click.Path(allow_dash=True))
 @click.option("--job", default=None, help="Build the page from ClickHouse (verdicts + summaries) for this job "
                                           "instead of from FILEs; with FILEs, keep only this job.")
@@ -116,14 +116,12 @@ def _from_clickhouse(job: str, since: str | None, clickhouse_url: str | None, da
     from eroica.sinks.clickhouse.client import ClickHouseError
     from eroica.sinks.report.data import from_rows
     from eroica.sinks.report.query import load_job
-    from eroica.stack.query import resolve_query_target
-
     from .verdicts_cmd import parse_since
 
     since_ns = parse_since(since)
     resolved_dir = resolve_data_dir(data_dir)
     try:
-        target = resolve_query_target(clickhouse_url, resolved_dir)
+        target = query_target(clickhouse_url, resolved_dir)
         try:
             verdicts, summaries = load_job(target, job, since_ns, clickhouse_url, resolved_dir)
         finally:

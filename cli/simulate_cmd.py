@@ -8,6 +8,30 @@ import time
 import click
 
 
+def parse_start(value: str | None, now_ns: int | None = None) -> int:
+    """``now`` (default), ``default`` (the library's fixed 2025-11-13 start), ns since the epoch, or ISO 8601."""
+    import datetime as dt
+
+    from eroica.producers.simulator import DEFAULT_START_NS
+    from eroica.producers.simulator.config import start_now_ns
+
+    text = (value or "now").strip()
+    if text.lower() == "now":
+        return start_now_ns(now_ns)
+    if text.lower() == "default":
+        return DEFAULT_START_NS
+    if text.isdigit():
+        return int(text)
+    try:
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: use now, default, ns since the epoch or an ISO 8601 time "
+                                 "(2026-11-23T14:00:00Z)", param_hint="--start") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    d = t - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return (d.days * 86400 + d.seconds) * 10**9 + d.microseconds * 1000
+
 def _list_faults(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
@@ -30,7 +54,9 @@ def _parse_faults(_ctx: click.Context, _param: click.Parameter, values: tuple[st
     return out
 
 
-@click.command("simulate")
+@click.command("simulate", epilog="""\b
+Exit codes: 0 written, 1 the output could not be written, 2 usage error
+(an unknown fault or parameter).""")
 @click.option("--nodes", type=click.IntRange(min=1), default=4, show_default=True, help="Nodes.")
 @click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="GPUs (and NICs) per node.")
 @click.option("--steps", type=click.IntRange(min=1), default=None,
@@ -47,7 +73,13 @@ def _parse_faults(_ctx: click.Context, _param: click.Parameter, values: tuple[st
 @click.option("--truth", "truth_file", default=None, metavar="FILE",
               help="Ground-truth file (default: <output>.truth.json beside a file output; none for stdout).")
 @click.option("--job", default=None, help="Job id (default sim-<seed>).")
-@click.option("--start-ns", type=click.IntRange(min=0), default=None, help="Start time, ns since the epoch.")
+@click.option("--start", default="now", show_default=True, metavar="now|default|NS|ISO-8601",
+              help="When the job starts: now (the records end a job length after now; the second within "
+                   "the minute is fixed so windows cut the same steps), 'default' (the library's fixed "
+                   "2025-11-13 start: byte-identical output whenever it is run), ns since the epoch, or a "
+                   "time like 2026-11-23T14:00:00Z.")
+@click.option("--start-ns", type=click.IntRange(min=0), default=None, hidden=True,
+              help="Start time, ns since the epoch (same as --start NS).")
 @click.option("--sample-ms", type=click.FloatRange(min=1.0), default=None,
               help="Counter sample period (default: 500 ms; realistic: step/20 within 0.5-10 s).")
 @click.option("--profile", type=click.Choice(["default", "realistic"]), default="default", show_default=True,
@@ -57,17 +89,24 @@ def _parse_faults(_ctx: click.Context, _param: click.Parameter, values: tuple[st
                    "producers/simulator/realistic.py.")
 @click.option("--list-faults", is_flag=True, expose_value=False, is_eager=True, callback=_list_faults,
               help="List the faults and their parameters, then exit.")
-def simulate(nodes, gpus, steps, tp, pp, microbatches, faults, seed, output, truth_file, job, start_ns,
+def simulate(nodes, gpus, steps, tp, pp, microbatches, faults, seed, output, truth_file, job, start, start_ns,
              sample_ms, profile) -> None:
     """Simulate a synchronous GPU training job and write its telemetry (and ground truth).
 
-    Same arguments and seed give byte-identical output.
+    Records are stamped from now by default, so a replayed run shows in
+    `eroica verdicts --since 1h` and `eroica status`; the same arguments, seed
+    and --start (e.g. --start default) give byte-identical output.
+
+    \b
+    Examples:
+      eroica simulate --nodes 8 --gpus 8 --fault gpu_throttle:rank=13 -o run.jsonl
+      eroica simulate --fault nic:node=2 --start default --seed 3 -o - | eroica analyze -
     """
-    from eroica.producers.simulator import DEFAULT_START_NS, FaultError, SimConfig, write_jsonl
+    from eroica.producers.simulator import FaultError, SimConfig, write_jsonl
 
     cfg = SimConfig(nodes=nodes, gpus=gpus, steps=steps, tp=tp, pp=pp, microbatches=microbatches,
                     faults=list(faults), seed=seed, job=job,
-                    start_ns=DEFAULT_START_NS if start_ns is None else start_ns, sample_ms=sample_ms,
+                    start_ns=parse_start(start) if start_ns is None else start_ns, sample_ms=sample_ms,
                     profile=profile)
     try:
         cfg.validate()

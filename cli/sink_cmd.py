@@ -15,7 +15,9 @@ import sys
 import click
 
 
-@click.command("sink")
+@click.command("sink", epilog="""\b
+Exit codes: 0 stopped by SIGTERM / Ctrl-C, 1 runtime error (Kafka,
+ClickHouse), 2 usage error.""")
 @click.option("--kafka", "bootstrap", default=None, metavar="HOST:PORT",
               help="Kafka bootstrap servers [default: $EROICA_KAFKA_BOOTSTRAP or 127.0.0.1:9092].")
 @click.option("--clickhouse", "clickhouse_url", default=None, metavar="URL",

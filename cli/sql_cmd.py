@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .stack_options import clickhouse_option, data_dir_option, resolve_data_dir
+from .stack_options import clickhouse_option, data_dir_option, query_target
 
 
 def _cell(value: Any) -> str:
@@ -21,7 +21,9 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-@click.command("sql")
+@click.command("sql", epilog="""\b
+Exit codes: 0 rows printed, 1 runtime error (no stack found, ClickHouse
+unreachable, the statement failed), 2 usage error or a refused statement.""")
 @click.argument("statement")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "tsv"]), default="table", show_default=True)
 @clickhouse_option
@@ -36,10 +38,9 @@ def sql(statement: str, fmt: str, clickhouse_url: str | None, data_dir: Path | N
     """
     from eroica.sinks.clickhouse.client import ClickHouseError
     from eroica.sinks.clickhouse.readonly import ReadOnlySQLError
-    from eroica.stack.query import resolve_query_target
 
     try:
-        target = resolve_query_target(clickhouse_url, resolve_data_dir(data_dir))
+        target = query_target(clickhouse_url, data_dir)
         try:
             res = target.sql(statement)
         finally:
@@ -60,13 +61,7 @@ def sql(statement: str, fmt: str, clickhouse_url: str | None, data_dir: Path | N
         for r in res.rows:
             click.echo("\t".join(_cell(v) for v in r))
     else:
-        from rich.console import Console
-        from rich.table import Table
+        from .tables import print_rows
 
-        table = Table()
-        for c in res.columns:
-            table.add_column(c, overflow="fold")
-        for r in res.rows:
-            table.add_row(*(_cell(v) for v in r))
-        Console().print(table)
+        print_rows(res.columns, [[_cell(v) for v in r] for r in res.rows])
         click.echo(f"{len(res.rows)} row(s)", err=True)

@@ -16,7 +16,9 @@ import click
 from .stack_options import data_dir_option, resolve_data_dir
 
 
-@click.command("status")
+@click.command("status", epilog="""\b
+Exit codes: 0 every part is up, 1 a part is down or degraded (or no stack
+runs in the data directory), 2 usage error.""")
 @data_dir_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.5, max=120), default=4.0, show_default=True,
@@ -35,16 +37,10 @@ def status(data_dir: Path | None, fmt: str, timeout_s: float) -> None:
     if fmt == "json":
         click.echo(json.dumps({"ok": ok, "state": overall, "checks": [c.__dict__ for c in checks]}, indent=1))
     else:
-        from rich.console import Console
-        from rich.table import Table
+        from .tables import print_rows
 
         title = {"up": "up", "degraded": "DEGRADED", "down": "NOT all up"}[overall]
-        table = Table(title=f"eroica stack: {title}")
-        for col in ("part", "state", "pid", "port", "detail"):
-            table.add_column(col, overflow="fold")
-        for c in checks:
-            colour = {"up": "green", "degraded": "yellow"}.get(c.state, "red")
-            table.add_row(c.part, f"[{colour}]{c.state}[/{colour}]",
-                          "" if c.pid is None else str(c.pid), "" if c.port is None else str(c.port), c.detail)
-        Console(width=160).print(table)
+        print_rows(["part", "state", "pid", "port", "detail"],
+                   [[c.part, c.state, "" if c.pid is None else str(c.pid), "" if c.port is None else str(c.port),
+                     c.detail] for c in checks], wide={"detail"}, title=f"eroica stack: {title}")
     sys.exit(0 if ok else 1)

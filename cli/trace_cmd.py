@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command(epilog="""\b
+Exit codes: COMMAND's own exit status (a signal as 128+N), 1 when Eroica
+could not start it, 2 usage error.""", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--job", default=None,
               help="Job id [default: $TORCHELASTIC_RUN_ID, else <script>-<UTC time>-<random>].")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,

@@ -41,7 +41,9 @@ def _lock(data_dir: Path) -> IO[str]:
     return handle
 
 
-@click.command("up")
+@click.command("up", epilog="""\b
+Exit codes: 0 stopped by Ctrl-C / SIGTERM, 1 the stack could not start (or a
+stack already runs in the data directory), 2 usage error.""")
 @data_dir_option
 @click.option("--kafka", "bootstrap", default=None, metavar="HOST:PORT",
               help="Use this Kafka instead of starting a broker on 127.0.0.1.")
@@ -133,8 +135,9 @@ def _print_summary(stack: object) -> None:
     flag = "" if str(d) == str(resolve_data_dir(None).resolve()) else f" --data-dir {d}"
     lines += ["",
               f"  eroica status{flag}",
-              f"  eroica replay --kafka {stack.bootstrap} run.jsonl",
-              f"  eroica verdicts{flag}",
+              f"  eroica replay{flag} run.jsonl            # finds this broker; no port to copy",
+              f"  eroica verdicts{flag} --since 1h",
+              f"  eroica report{flag} --job JOB -o JOB.html",
               f"  eroica sql{flag} \"SELECT job, component, summary FROM eroica.verdicts FINAL\"",
               "Ctrl-C (or SIGTERM) stops everything."]
     click.echo("\n".join(lines))

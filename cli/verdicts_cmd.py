@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .stack_options import clickhouse_option, data_dir_option, resolve_data_dir
+from .stack_options import STACK_EXIT_CODES, NoStack, clickhouse_option, data_dir_option, query_target
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -33,7 +33,7 @@ def _components() -> list[str]:
     return list(COMPONENTS)
 
 
-@click.command("verdicts")
+@click.command("verdicts", epilog=STACK_EXIT_CODES)
 @click.option("--job", default=None, help="Only this job.")
 @click.option("--since", default=None, metavar="DURATION",
               help="Only windows ending within this long before now (90s, 15m, 1h, 2d, 1w) [default: all].")
@@ -46,18 +46,24 @@ def _components() -> list[str]:
               metavar="SECONDS", help="Give up (exit 1, saying what did not answer) after this long.")
 def verdicts(job: str | None, since: str | None, component: str | None, limit: int, fmt: str,
              clickhouse_url: str | None, data_dir: Path | None, timeout_s: float) -> None:
-    """List stored verdicts, newest window first (JSON: one array of contract verdicts)."""
+    """List stored verdicts, newest window first (JSON: one array of contract verdicts).
+
+    \b
+    Examples:
+      eroica verdicts --since 1h
+      eroica verdicts --job sim-1 --component gpu --format json
+      eroica verdicts --clickhouse clickhouse://127.0.0.1:9000/eroica
+    """
     from eroica.models.verdict import encode_verdicts
     from eroica.sinks.clickhouse.client import ClickHouseError
     from eroica.stack.health import DeadlineExceeded, call_with_deadline
-    from eroica.stack.query import resolve_query_target
 
     since_ns = parse_since(since)
     where = "ClickHouse"
 
     def query() -> list:
         nonlocal where
-        target = resolve_query_target(clickhouse_url, resolve_data_dir(data_dir), timeout_s=timeout_s)
+        target = query_target(clickhouse_url, data_dir, timeout_s=timeout_s)
         where = target.description
         try:
             return target.verdicts(job=job, since_ns=since_ns, component=component, limit=limit)
@@ -68,6 +74,9 @@ def verdicts(job: str | None, since: str | None, component: str | None, limit: i
         # The target's own timeouts are set from timeout_s; the deadline also covers what they miss
         # (a frozen server that accepted the connection, a chdb directory whose lock is held).
         found = call_with_deadline(query, timeout_s, "the query")
+    except NoStack as exc:  # raised in the deadline's thread, where click has no context
+        exc.command = "eroica verdicts"
+        raise
     except DeadlineExceeded:
         click.echo(f"eroica verdicts: {where} did not answer within {timeout_s:g} s (frozen or overloaded?); "
                    f"`eroica status` says which part is stuck", err=True)

@@ -58,35 +58,44 @@ def _lost(s: float) -> float:
 
 
 def render_table(results: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console()
+    from eroica.sinks.report.render import column_labels
+
+    from .tables import console as make_console
+    from .tables import wrap
+
+    console = make_console()
+    # a kernel name is one 100-character word: shortened to distinct heads and tails, never cut mid-line
+    room = max(24, console.width - 41)  # borders 13, by 8, S_X 5, throughput cost 15
     if not results:
         console.print("no job with a complete step to analyse")
         return
     names = {"by_rank": "rank", "by_dp": "dp index", "by_stage": "stage", "by_fn": "function"}
     for r in results:
         s = r["slowdown"]
-        console.print(
-            f"[bold]{r['job']}[/bold]: {r['steps']} steps, {r['step_s']['actual']:.3f} s per step measured, "
+        console.print(wrap(
+            f"{r['job']}: {r['steps']} steps, {r['step_s']['actual']:.3f} s per step measured, "
             f"{r['step_s']['ideal']:.3f} s with every operation at its typical duration: "
-            f"S = {s:.3f}, stragglers cost the job {_lost(s):.0%} of its throughput")
+            f"S = {s:.3f}, stragglers cost the job {_lost(s):.0%} of its throughput", console.width - 1),
+            markup=False, highlight=False)
         table = Table(show_lines=False)
         for col in ("by", "who", "S_X", "throughput cost"):
-            table.add_column(col, overflow="fold")
+            table.add_column(col, no_wrap=col != "who", overflow="fold")
         words = []
         for dim, label in names.items():
             ranked = [kv for kv in sorted(r[dim].items(), key=lambda kv: -kv[1]) if _lost(kv[1]) >= MIN_SHOWN_COST]
+            shown = dict(zip((who for who, _ in ranked[:SHOWN]), column_labels([w for w, _ in ranked[:SHOWN]], room)))
             for who, sx in ranked[:SHOWN]:
-                table.add_row(label, who, f"{sx:.3f}", f"{_lost(sx):.1%}")
+                table.add_row(label, Text(shown[who]), f"{sx:.3f}", f"{_lost(sx):.1%}")
             if ranked:
                 who, sx = ranked[0]
-                words.append(f"{label} {who} alone costs the job {_lost(sx):.0%} of its throughput")
+                words.append(f"{label} {shown[who]} alone costs the job {_lost(sx):.0%} of its throughput")
         if table.row_count:
             console.print(table)
             for w in words:
-                console.print(f"  {w}")
+                console.print(wrap(w, console.width - 1, "  "), markup=False, highlight=False)
         else:
             console.print("no rank, stage or function costs the job 0.5% or more")
 

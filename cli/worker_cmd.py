@@ -14,7 +14,8 @@ import click
 ROLES = ("summariser", "detector")
 
 
-@click.command("worker")
+@click.command("worker", epilog="""\b
+Exit codes: 0 stopped by SIGTERM / Ctrl-C, 1 runtime error, 2 usage error.""")
 @click.argument("role", type=click.Choice(ROLES))
 @click.option("--kafka", "bootstrap", default=None, metavar="HOST:PORT",
               help="Kafka bootstrap servers [default: $EROICA_KAFKA_BOOTSTRAP or 127.0.0.1:9092].")

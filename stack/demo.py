@@ -79,6 +79,7 @@ def run_demo(*, nodes: int = 8, gpus: int = 8, steps: int = 40, fault: str = DEM
 
     from eroica.producers.kafka.replay import replay
     from eroica.producers.simulator import SimConfig, write_jsonl
+    from eroica.producers.simulator.config import start_now_ns
 
     data_dir = Path(tempfile.mkdtemp(prefix="eroica-demo-"))
     job = f"demo-{uuid.uuid4().hex[:6]}"
@@ -99,8 +100,9 @@ def run_demo(*, nodes: int = 8, gpus: int = 8, steps: int = 40, fault: str = DEM
         say(f"[2/4] simulating job {job}: {nodes} nodes x {gpus} GPUs, {steps} steps, fault {fault}")
         t = time.monotonic()
         run = data_dir / "run.jsonl"
-        truth = write_jsonl(SimConfig(nodes=nodes, gpus=gpus, steps=steps, faults=[fault], seed=seed, job=job),
-                            run)
+        # stamped from now (as `eroica simulate`), so `eroica verdicts --since 1h` shows them on a kept stack
+        truth = write_jsonl(SimConfig(nodes=nodes, gpus=gpus, steps=steps, faults=[fault], seed=seed, job=job,
+                                      start_ns=start_now_ns()), run)
         result.timings["simulate_s"] = time.monotonic() - t
         say(f"      {truth['records']} records")
 

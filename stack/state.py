@@ -40,12 +40,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from eroica.sinks.clickhouse.endpoint import atomic_write_json, pid_alive
 
 __all__ = ["STATE_FILE", "LOCK_FILE", "default_data_dir", "read_state", "write_state", "remove_state",
-           "live_state"]
+           "live_state", "RunningStack", "find_stack"]
 
 STATE_FILE = "stack.json"
 LOCK_FILE = "stack.lock"
@@ -76,6 +77,34 @@ def live_state(data_dir: Path) -> dict[str, Any] | None:
     if doc is None or not pid_alive(int(doc.get("pid", 0))):
         return None
     return doc
+
+
+@dataclass(frozen=True)
+class RunningStack:
+    """Where the running stack of a data directory answers (what every client command needs of it)."""
+
+    data_dir: Path
+    pid: int                        # the `eroica up` supervisor
+    bootstrap: str | None           # Kafka bootstrap servers
+    clickhouse_url: str | None      # where the sink writes (chdb:///DIR or clickhouse://HOST:PORT/DB)
+    query_endpoint: str | None      # the sink's read-only HTTP endpoint (chdb: the only reader)
+
+
+def find_stack(data_dir: Path) -> RunningStack | None:
+    """The stack whose supervisor runs in ``data_dir`` (None when none does: no file, stale file).
+
+    The one place the client commands (``replay``, ``alert``, ``status``,
+    ``verdicts``, ``sql``, ``report --job``) learn the stack's addresses, so no
+    port is ever copied by hand (``cli/stack_options.py`` builds on it).
+    """
+    doc = live_state(data_dir)
+    if doc is None:
+        return None
+    kafka = doc.get("kafka") if isinstance(doc.get("kafka"), dict) else {}
+    clickhouse = doc.get("clickhouse") if isinstance(doc.get("clickhouse"), dict) else {}
+    return RunningStack(data_dir=Path(data_dir), pid=int(doc.get("pid", 0)),
+                        bootstrap=kafka.get("bootstrap") or None, clickhouse_url=clickhouse.get("url") or None,
+                        query_endpoint=doc.get("query_endpoint") or None)
 
 
 def write_state(data_dir: Path, doc: dict[str, Any]) -> None:

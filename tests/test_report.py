@@ -1,11 +1,22 @@
-"""`eroica report`: the page of a 64-rank run with one throttled GPU, checked in headless Chromium.
+"""`eroica report`: the page of a 64-rank and of a 1,024-rank run with one throttled GPU, checked in
+headless Chromium.
 
 - the data behind the heat-map (each SVG cell's ``data-rank``/``data-slowdown``)
   makes rank 13 the hot row, and only its row is framed as the culprit;
+- readable: every row label whole ("rank 13 · node-1 · GPU 5", room made for
+  it), column headers distinct (three GEMM kernels that differ in the middle of
+  a 118-character name), table headers never broken inside a word, counters
+  red only when worse in their bad direction (fewer retransmits is not red),
+  a timeline for a 3-window job that states the numbers, a cost bar per
+  culprit from the verdicts' optional cost fields (and no panel without them);
+- at 1,024 ranks, a node x GPU grid (one cell per rank, 128 nodes) and the
+  culprit node's rank x function detail instead of 1,024 rows; the page's
+  script draws another node's detail (``#node=node-3``);
 - the page is self-contained (nothing to fetch);
 - Debian's ``chromium`` loads it with no console message and no uncaught
-  error, its script runs, and the screenshot is a real picture; it is kept
-  as ``artifacts/report-64-ranks-gpu-throttle.png`` (gitignored);
+  error, its script runs, and the screenshot is a real picture; they are kept
+  as ``artifacts/report-64-ranks-gpu-throttle.png`` and
+  ``artifacts/report-1024-ranks-gpu-throttle.png`` (gitignored);
 - ``--job`` builds the same kind of page from ClickHouse (server 18.16 and chdb).
 
 Chromium is installed by ``.ci/install-chromium.sh``; without it the browser
@@ -21,6 +32,7 @@ import struct
 import subprocess
 import sys
 from collections import defaultdict
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -44,11 +56,11 @@ def _chromium() -> str:
     raise AssertionError
 
 
-def _chromium_run(browser: str, page: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
+def _chromium_run(browser: str, page: Path, tmp: Path, *extra: str, fragment: str = "") -> subprocess.CompletedProcess:
     argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--disable-extensions", "--disable-dev-shm-usage", f"--user-data-dir={tmp / 'chromium-profile'}",
-            "--enable-logging=stderr", "--v=0", "--window-size=1400,2000", *extra, page.resolve().as_uri()]
+            "--enable-logging=stderr", "--v=0", "--window-size=1400,2000", *extra, page.resolve().as_uri() + fragment]
     return subprocess.run(argv, capture_output=True, text=True, timeout=90)
 
 
@@ -80,6 +92,20 @@ def report_page(throttled_run: Path) -> Path:
     return page
 
 
+@pytest.fixture(scope="module")
+def big_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """1,024 ranks (128 nodes x 8 GPUs), rank 517 (node-64, GPU 5) throttled; 30 steps, 10 s windows."""
+    out = tmp_path_factory.mktemp("report1024") / "run.jsonl"
+    res = CliRunner().invoke(cli, ["simulate", "--nodes", "128", "--gpus", "8", "--steps", "30", "--start", "default",
+                                   "--fault", "gpu_throttle:rank=517", "--seed", "1", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    page = out.with_name("report.html")
+    res = CliRunner().invoke(cli, ["report", str(out), "-o", str(page), "--window", "10", "--quiet"])
+    assert res.exit_code == 0, res.output
+    out.unlink()  # 1.2 M records: not kept
+    return page
+
+
 def _rows(html: str) -> dict[int, float]:
     rows: dict[int, float] = defaultdict(float)
     for rank, value in CELL.findall(html):
@@ -99,6 +125,133 @@ def test_the_throttled_rank_is_the_hot_row(report_page: Path) -> None:
     assert re.findall(r'<g class="row" data-rank="(\d+)"[^>]*data-culprit="1"', html) == ["13"]
     assert "rank 13 on node-1" in html and 'class="verdict-window"' in html
     assert "SM clock" in html and "1,410 MHz" in html                  # the culprit's counters vs peers
+
+
+def test_labels_headers_and_width(report_page: Path) -> None:
+    """Whole row labels with room for them, distinct column headers, no header broken inside a word."""
+    from eroica.sinks.report.render import CHAR_W, _CSS
+
+    html = report_page.read_text()
+    assert ">rank 13 · node-1 · GPU 5</text>" in html           # the culprit's label, whole
+    labels = re.findall(r'<text class="rowlabel[^"]*" data-rank="\d+" x="(\d+)"[^>]*>([^<]+)</text>', html)
+    assert len(labels) == 64
+    assert all(int(x) >= CHAR_W * len(unescape(text)) for x, text in labels)  # none clipped at the left
+    headers = re.findall(r'rotate\(-60\)" data-fn="[^"]*"><title>[^<]*</title>([^<\']+)</text>', html)
+    assert len(headers) == len(set(headers)) >= 10
+    assert sum("sm90_xmma" in h for h in headers) == 3 and all(len(unescape(h)) <= 40 for h in headers)
+    th_rule = re.search(r"\nth \{[^}]*\}", _CSS).group(0)
+    cell_rule = re.search(r"th, td \{[^}]*\}", _CSS).group(0)
+    assert "white-space: nowrap" in th_rule and "anywhere" not in cell_rule
+    width = int(re.search(r'<svg class="heatmap"[^>]* width="(\d+)"', html).group(1))
+    assert width >= 1100                                            # the page's width, not 40% of it
+
+
+def test_short_job_timeline_states_the_numbers(report_page: Path) -> None:
+    """3 windows: one bar group per window with its values, step time and verdict count, and a sentence."""
+    html = report_page.read_text()
+    assert len(re.findall(r'class="verdict-window"', html)) == 3
+    culprit = [float(v) for v in re.findall(r'data-series="culprit_x" data-value="([0-9.]+)"', html)]
+    other = [float(v) for v in re.findall(r'data-series="other_x" data-value="([0-9.]+)"', html)]
+    assert len(culprit) == len(other) == 3 and min(culprit) > 1.3 and max(other) < 1.15
+    assert "rank 13&#x27;s hottest function ran at 1.4" in html and "median step" in html
+    assert re.search(r"step \d{3} ms · 1 verdict", html)
+
+
+def test_cost_bar_per_culprit_with_or_without_the_optional_fields(throttled_run: Path) -> None:
+    import msgspec
+
+    from eroica.models.reader import read_batches
+    from eroica.models.verdict import Verdict
+    from eroica.sinks.report.core import run_core
+    from eroica.sinks.report.data import culprit_costs, from_windows
+    from eroica.sinks.report.render import render_page
+
+    results = list(run_core(read_batches(throttled_run), 30 * 10**9, detected_at_ns=1))
+    rep = from_windows("sim-1", results, "test", 30 * 10**9)
+    fields = {"job_slowdown", "cost", "gpu_hours_lost_per_hour"}
+    if not fields <= set(Verdict.__struct_fields__):
+        pytest.skip("the verdict has no cost fields yet (models/verdict.py)")
+    # with the fields: a bar for rank 13, its share of the lost time
+    with_cost = [msgspec.structs.replace(v, job_slowdown=1.25, cost=1.2, gpu_hours_lost_per_hour=10.7)
+                 for v in rep.verdicts]
+    (c,) = culprit_costs(with_cost)
+    assert c.label == "rank 13 on node-1, GPU 5" and abs(c.share_of_lost - (1 - 1 / 1.2) / (1 - 1 / 1.25)) < 1e-9
+    rep.verdicts, rep.costs = with_cost, culprit_costs(with_cost)
+    html = render_page([rep], 0)
+    assert "What it costs" in html and 'data-cost-culprit="rank 13 on node-1, GPU 5"' in html
+    assert 'data-share="0.8333"' in html and "10.7 GPU-hours lost per hour" in html
+    # without them (older verdicts, or objects that lack the attributes): no panel, nothing breaks
+    bare = [msgspec.structs.replace(v, job_slowdown=None, cost=None, gpu_hours_lost_per_hour=None)
+            for v in rep.verdicts]
+
+    class Old:  # a verdict of before the cost fields: getattr with defaults
+        def __init__(self, v: Verdict) -> None:
+            self.__dict__.update({f: getattr(v, f) for f in Verdict.__struct_fields__ if f not in fields})
+
+    assert culprit_costs(bare) == [] and culprit_costs([Old(v) for v in bare]) == []
+    rep.verdicts, rep.costs = bare, culprit_costs(bare)
+    assert "What it costs" not in render_page([rep], 0)
+
+
+def test_counter_colour_follows_the_bad_direction() -> None:
+    from eroica.sinks.report.data import CounterRow
+    from eroica.sinks.report.render import _counter_row
+
+    fewer = CounterRow("nic", "retransmits (increase)", "", 2.0, 40.0, key="retransmits_inc")
+    more = CounterRow("nic", "retransmits (increase)", "", 400.0, 40.0, key="retransmits_inc")
+    slow_clock = CounterRow("gpu", "SM clock", "MHz", 1410.0, 1980.0, key="sm_clock_mhz")
+    power = CounterRow("gpu", "power", "W", 500.0, 690.0, key="power_w")
+    same = CounterRow("gpu", "temperature", "°C", 66.0, 65.0, key="temp_c")
+    assert [r.verdict for r in (fewer, more, slow_clock, power, same)] == ["better", "worse", "worse", "different", ""]
+    assert 'class="worse hot"' in _counter_row(more) and 'class="worse hot"' in _counter_row(slow_clock)
+    assert "hot" not in _counter_row(fewer) and "hot" not in _counter_row(power) and "hot" not in _counter_row(same)
+    assert "lower: better" in _counter_row(fewer) and "higher: worse" in _counter_row(more)
+
+
+def test_column_labels_are_distinct() -> None:
+    from eroica.sinks.report.render import column_labels
+
+    base = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_{}_n_tilesize{}x128x64_warpgroupsize2x1x1"
+            "_execute_segment_k_off_kernel__5x_cublas")
+    names = [base.format("tn", 128), base.format("nt", 256), base.format("nn", 128), "flash_fwd_kernel",
+             "multi_tensor_apply_kernel<AdamFunctor<float>, 4>", "multi_tensor_apply_kernel<L2NormFunctor<float>, 1>"]
+    labels = column_labels(names, 40)
+    assert len(set(labels)) == len(names) and all(len(x) <= 40 for x in labels)
+    assert labels[3] == "flash_fwd_kernel" and labels[4].startswith("multi_tensor_apply_kernel<Adam")
+
+
+def test_1024_ranks_grid_with_drill_down(big_page: Path) -> None:
+    html = big_page.read_text()
+    grid = re.findall(r'<rect class="gcell( culprit)?"[^>]*data-rank="(\d+)" data-node="([^"]+)" data-gpu="(\d)" '
+                      r'data-max="([0-9.]*)"', html)
+    assert len(grid) == 1024 and len({(n, g) for _c, _r, n, g, _v in grid}) == 1024
+    assert [(r, n, g) for c, r, n, g, _v in grid if c] == [("517", "node-64", "5")]
+    hottest = max(grid, key=lambda t: float(t[4] or 0))
+    assert hottest[1] == "517" and float(hottest[4]) > 1.3
+    rows = _rows(html)                                   # the detail: the culprit's node, 8 rows, not 1,024
+    assert sorted(rows) == list(range(512, 520)) and max(rows, key=rows.get) == 517
+    assert re.findall(r'<g class="row" data-rank="(\d+)"[^>]*data-culprit="1"', html) == ["517"]
+    assert len(html) < 2_000_000                         # the drill-down data is compact
+
+
+def test_chromium_draws_another_node_and_keeps_the_1024_rank_screenshot(big_page: Path, tmp_path: Path) -> None:
+    browser = _chromium()
+    dom = _chromium_run(browser, big_page, tmp_path, "--dump-dom", fragment="#node=node-3")
+    assert dom.returncode == 0 and _console_problems(dom.stderr) == [], dom.stderr[-2000:]
+    assert 'data-ready="1"' in dom.stdout
+    detail = dom.stdout.split('id="detail-0"', 1)[1].split("</svg>", 1)[0]
+    assert sorted({int(r) for r in re.findall(r'<g class="row" data-rank="(\d+)"', detail)}) == list(range(24, 32))
+    assert "node-3: 8 ranks" in dom.stdout
+    shot = tmp_path / "big.png"
+    res = _chromium_run(browser, big_page, tmp_path, f"--screenshot={shot}")
+    assert res.returncode == 0 and _console_problems(res.stderr) == [], res.stderr[-2000:]
+    data = shot.read_bytes()
+    assert _png_size(data) == (1400, 2000) and len(data) > 40_000
+    ARTIFACTS.mkdir(exist_ok=True)
+    kept = ARTIFACTS / "report-1024-ranks-gpu-throttle.png"
+    shutil.copyfile(shot, kept)
+    shutil.copyfile(big_page, ARTIFACTS / "report-1024-ranks-gpu-throttle.html")
+    print(f"\nscreenshot: {kept}", file=sys.stderr)
 
 
 def test_the_page_is_self_contained(report_page: Path) -> None:

@@ -498,16 +498,17 @@ def test_generate_api():
 
 def test_cli(tmp_path):
     out = tmp_path / "run.jsonl"
+    # --start default: the same bytes twice (the CLI's default stamps from now)
     res = CliRunner().invoke(cli, ["simulate", "--nodes", "2", "--gpus", "4", "--steps", "4", "--seed", "2",
                                    "--fault", "gpu_throttle:rank=3", "--fault", "dataloader:node=1",
-                                   "-o", str(out)])
+                                   "-o", str(out), "--start", "default"])
     assert res.exit_code == 0, res.output
     t = json.loads((tmp_path / "run.truth.json").read_text())
     assert [f["name"] for f in t["faults"]] == ["gpu_throttle", "dataloader"] and t["job"] == "sim-2"
     again = tmp_path / "again.jsonl"
     CliRunner().invoke(cli, ["simulate", "--nodes", "2", "--gpus", "4", "--steps", "4", "--seed", "2",
                              "--fault", "gpu_throttle:rank=3", "--fault", "dataloader:node=1", "-o", str(again),
-                             "--job", "sim-2"])
+                             "--job", "sim-2", "--start", "default"])
     assert again.read_bytes() == out.read_bytes()
     res = CliRunner().invoke(cli, ["simulate", "--nodes", "1", "--gpus", "2", "--steps", "2", "-o", "-",
                                    "--start-ns", "5", "--truth", str(tmp_path / "t.json")])

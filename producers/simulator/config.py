@@ -12,6 +12,18 @@ DEFAULT_START_NS = 1_763_000_000_000_000_000
 DEFAULT_STEPS = 40  # the default profile's run length (a ~0.7 s step: ~30 s of job, one detector window and more)
 DEFAULT_SAMPLE_MS = 500.0  # NVML / sysfs polling period of a typical node agent (DCGM's default is 1 s)
 PROFILES = ("default", "realistic")
+# What `eroica simulate` and `eroica demo` start from by default: now, in DEFAULT_START_NS's phase of the
+# minute, so the epoch-aligned windows (10, 20, 30, 60 s) cut a run at the same steps whatever second it
+# was made. The library default stays DEFAULT_START_NS (tests compare verdict ids).
+START_PHASE_NS = 60 * 10**9
+
+
+def start_now_ns(now_ns: int | None = None) -> int:
+    """The latest instant at or before now (``time.time_ns()``) in DEFAULT_START_NS's phase of the minute."""
+    import time
+
+    now = time.time_ns() if now_ns is None else int(now_ns)
+    return now - (now - DEFAULT_START_NS) % START_PHASE_NS
 
 
 @dataclass

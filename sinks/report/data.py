@@ -7,9 +7,16 @@
   summaries), the median over the windows where a verdict fired (all windows
   when none did). Collectives are left out: in a lock-step job their duration
   is waiting, so they are hot on the *victims*, not on the culprit;
-- the **timeline**: per window the median and slowest rank's step time (from
-  files; ClickHouse keeps no step time, so from the database it is the
-  slowest rank's slowdown per window), and the windows with verdicts;
+  Every rank is kept (up to :data:`MAX_RANKS`): the page draws a node x GPU
+  grid of each rank's hottest cell when there are more ranks than fit a
+  screen, with the rank x function detail of one node at a time;
+- the **timeline**: per window the culprit's hottest function against its
+  peers, the most different other rank's and the median rank's (from the
+  window summaries, so from files and from ClickHouse alike), plus the median
+  step time when built from files, and the windows with verdicts;
+- the **cost** of each culprit, when its verdicts carry the optional
+  ``job_slowdown`` / ``cost`` / ``gpu_hours_lost_per_hour`` (read with
+  defaults: older verdicts have none): its share of the job's lost time;
 - the **verdicts**, newest last;
 - the **counters** of the main culprit against the peer median (clocks,
   throttle reasons, power, temperature, PCIe / NVLink / NIC throughput, host
@@ -33,9 +40,10 @@ from eroica.streams.detection.patterns import build_patterns
 
 from .core import WindowResult
 
-__all__ = ["JobReport", "WindowRow", "CounterRow", "from_windows", "from_rows", "MAX_RANK_ROWS", "MAX_FN_COLUMNS"]
+__all__ = ["JobReport", "WindowRow", "CounterRow", "CulpritCost", "from_windows", "from_rows", "MAX_RANKS",
+           "MAX_FN_COLUMNS", "WORSE_WHEN", "culprit_costs"]
 
-MAX_RANK_ROWS = 512
+MAX_RANKS = 16384
 MAX_FN_COLUMNS = 40
 HEAT_SKIP_KINDS = frozenset({"collective"})
 
@@ -58,16 +66,35 @@ HOST_COUNTERS = (
     ("host", "cpu_util_pct", "CPU utilisation", "%"), ("host", "load1", "load (1 min)", ""),
     ("host", "iowait_pct", "iowait", "%"),
 )
+# Which way a counter is bad: the culprit is painted red only when it differs from its peers that way
+# (MORE retransmits, a LOWER clock). Counters with no bad direction (power, utilisation, traffic share)
+# are marked as different, never red.
+WORSE_WHEN: dict[str, str] = {
+    "sm_clock_mhz": "lower", "clock_ratio": "lower", "throttle_share": "higher", "temp_c": "higher",
+    "pcie_gen": "lower", "pcie_width": "lower", "pcie_tx_Bps": "lower", "pcie_rx_Bps": "lower",
+    "nvlink_tx_Bps": "lower", "nvlink_rx_Bps": "lower",
+    "tx_Bps": "lower", "rx_Bps": "lower", "link_gbps": "lower",
+    "symbol_errors_inc": "higher", "retransmits_inc": "higher", "xmit_wait_inc": "higher",
+    "load1": "higher", "iowait_pct": "higher",
+    # keys only verdict evidence carries (the report from ClickHouse)
+    "throughput_Bps": "lower", "compute_ns_per_step": "higher", "transfer_ns_per_step": "higher",
+    "excess_share_of_step": "higher", "stuck_s": "higher",
+}
+DIFFERENT = 0.1  # |culprit / peers - 1| from which a counter counts as different
 
 
 @dataclass
 class WindowRow:
+    """One window of the timeline: slowdowns against peers (each rank's hottest function) and step time."""
+
     start_ns: int
     end_ns: int
-    value: float | None          # step time median (ns), or the slowest rank's slowdown
-    high: float | None           # slowest rank's step time / slowdown
-    culprit: float | None        # the main culprit's step time / slowdown
+    median_x: float | None       # the median rank's hottest function / its peers
+    other_x: float | None        # the most different rank other than the culprit
+    culprit_x: float | None      # the main culprit's (None: no single-rank culprit)
+    step_ns: float | None = None  # median step time over the ranks (files only: ClickHouse keeps none)
     verdicts: int = 0
+    other_rank: int | None = None
 
 
 @dataclass
@@ -78,12 +105,64 @@ class CounterRow:
     culprit: float | None
     peer_median: float | None
     subject: str = ""            # which device (e.g. NIC name) when several
+    key: str = ""                # the digest / evidence key (says which direction is bad)
 
     @property
     def ratio(self) -> float | None:
         if self.culprit is None or self.peer_median in (None, 0):
             return None
         return self.culprit / self.peer_median  # type: ignore[operator]
+
+    @property
+    def worse_when(self) -> str:
+        return WORSE_WHEN.get(self.key, "")
+
+    @property
+    def direction(self) -> str:
+        """``higher``/``lower`` when the culprit differs from its peers by >= 10% (or from a zero), else ``""``."""
+        if self.culprit is None or self.peer_median is None:
+            return ""
+        if self.peer_median == 0:
+            return "" if self.culprit == 0 else ("higher" if self.culprit > 0 else "lower")
+        ratio = self.culprit / self.peer_median
+        if abs(ratio - 1.0) < DIFFERENT:
+            return ""
+        return "higher" if (self.culprit > self.peer_median) else "lower"
+
+    @property
+    def verdict(self) -> str:
+        """``worse`` (different in the bad direction: red), ``better``, ``different`` (no bad direction) or ``""``."""
+        d = self.direction
+        if not d:
+            return ""
+        if not self.worse_when:
+            return "different"
+        return "worse" if d == self.worse_when else "better"
+
+
+@dataclass
+class CulpritCost:
+    """What one culprit costs the job, from its verdicts' optional cost fields."""
+
+    label: str
+    component: str
+    job_slowdown: float | None      # the job's S over the culprit's windows (median)
+    cost: float | None              # S_X: the job's step time with only this culprit slow / ideal
+    gpu_hours_per_hour: float | None
+    windows: int
+
+    @property
+    def lost_share(self) -> float | None:
+        """The share of the job's time this culprit alone loses: 1 - 1/S_X."""
+        return None if self.cost is None or self.cost <= 0 else max(0.0, 1.0 - 1.0 / self.cost)
+
+    @property
+    def share_of_lost(self) -> float | None:
+        """Its share of all the time the job loses: (1 - 1/S_X) / (1 - 1/S), at most 1."""
+        mine, s = self.lost_share, self.job_slowdown
+        if mine is None or s is None or s <= 1.0:
+            return None
+        return min(1.0, mine / (1.0 - 1.0 / s))
 
 
 @dataclass
@@ -99,6 +178,7 @@ class JobReport:
     fn_kinds: list[str]
     heat: list[list[float | None]]  # len(ranks) x len(fns)
     heat_basis: str
+    gpus: dict[int, int]          # rank -> GPU index on its node (its position there when unknown)
     verdicts: list[Verdict]
     culprit_ranks: list[int]
     culprit_nodes: list[str]
@@ -106,6 +186,7 @@ class JobReport:
     counters: list[CounterRow]
     counters_basis: str
     notes: list[str] = field(default_factory=list)
+    costs: list[CulpritCost] = field(default_factory=list)
 
     def row_max(self) -> dict[int, float]:
         """Each rank's largest cell (what the test and the page's sort use)."""
@@ -177,10 +258,10 @@ def _heat(summaries: Iterable[WindowSummary | dict[str, Any]], windows: set[int]
         fns = fns[:MAX_FN_COLUMNS]
     fns.sort(key=lambda f: (kinds.get(f, ""), f))
     ranks = sorted(all_ranks)
-    if len(ranks) > MAX_RANK_ROWS:
+    if len(ranks) > MAX_RANKS:
         peak = {r: max((med.get((r, f), 1.0) for f in fns), default=1.0) for r in ranks}
-        keep = set(sorted(ranks, key=lambda r: -peak[r])[:MAX_RANK_ROWS])
-        notes.append(f"{len(ranks) - MAX_RANK_ROWS} ranks closest to their peers left out of the heat-map")
+        keep = set(sorted(ranks, key=lambda r: -peak[r])[:MAX_RANKS])
+        notes.append(f"{len(ranks) - MAX_RANKS} ranks closest to their peers left out of the heat-map")
         ranks = [r for r in ranks if r in keep]
     heat = [[med.get((r, f)) for f in fns] for r in ranks]
     return ranks, nodes, fns, [kinds.get(f, "") for f in fns], heat, notes
@@ -202,7 +283,8 @@ def _counter_rows(windows: Sequence[WindowResult], rank: int | None, node: str |
             culprit = _median(mine.get(key, []))
             if culprit is None and not others:
                 continue
-            rows.append(CounterRow(group, label, unit, culprit, _median(o for o in others if o is not None)))
+            rows.append(CounterRow(group, label, unit, culprit, _median(o for o in others if o is not None),
+                                   key=key))
     if node:
         per_nic: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         per_host: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -226,15 +308,86 @@ def _counter_rows(windows: Sequence[WindowResult], rank: int | None, node: str |
                 if culprit is None:
                     continue
                 rows.append(CounterRow(group, label, unit, culprit, _median(o for o in others if o is not None),
-                                       subject=nic))
+                                       subject=nic, key=key))
         for group, key, label, unit in HOST_COUNTERS:
             culprit = _median(per_host.get(node, {}).get(key, []))
             others = [_median(v[key]) for n2, v in per_host.items() if n2 != node and v.get(key)]
             if culprit is None:
                 continue
             rows.append(CounterRow(group, label, unit, culprit, _median(o for o in others if o is not None),
-                                   subject=node))
+                                   subject=node, key=key))
     return rows
+
+
+def _window_slowdowns(summaries: Iterable[WindowSummary | dict[str, Any]]) -> dict[int, dict[int, float]]:
+    """window start -> rank -> the rank's hottest non-collective function against its peers."""
+    out: dict[int, dict[int, float]] = defaultdict(dict)
+    for s in summaries:
+        get = s.get if isinstance(s, dict) else lambda k, _s=s: getattr(_s, k)  # type: ignore[misc]
+        if get("kind") in HEAT_SKIP_KINDS:
+            continue
+        value = get("slowdown_vs_peers")
+        if not _finite(value):
+            continue
+        per = out[int(get("window_start_ns"))]
+        r = int(get("rank"))
+        per[r] = max(per.get(r, 0.0), float(value))
+    return out
+
+
+def _window_row(start: int, end: int, per_rank: dict[int, float], focus: int | None, verdicts: int,
+                step_ns: float | None) -> WindowRow:
+    others = {r: x for r, x in per_rank.items() if r != focus}
+    top = max(others, key=lambda r: (others[r], -r)) if others else None
+    return WindowRow(start, end, float(np.median(list(per_rank.values()))) if per_rank else None,
+                     others[top] if top is not None else None,
+                     per_rank.get(focus) if focus is not None else None, step_ns=step_ns, verdicts=verdicts,
+                     other_rank=top)
+
+
+def _opt(v: Any, name: str) -> float | None:
+    """An optional numeric field of a verdict (absent on older verdicts; maybe in its evidence)."""
+    x = getattr(v, name, None)
+    if x is None and isinstance(getattr(v, "evidence", None), dict):
+        x = v.evidence.get(name)
+    return float(x) if _finite(x) else None
+
+
+def culprit_label(v: Verdict) -> str:
+    if v.scope == "rank":
+        return f"rank {v.rank} on {v.node or '?'}" + (f", GPU {v.gpu}" if v.gpu >= 0 else "")
+    if v.scope == "node":
+        return f"node {v.node}"
+    return f"job ({v.component})"
+
+
+def culprit_costs(verdicts: Sequence[Verdict]) -> list[CulpritCost]:
+    """Per culprit (component, scope, node, rank, gpu): the medians of its verdicts' cost fields, costliest first."""
+    groups: dict[tuple, list[Verdict]] = defaultdict(list)
+    for v in verdicts:
+        groups[(v.component, v.scope, v.node, v.rank, v.gpu)].append(v)
+    out = []
+    for vs in groups.values():
+        costs = [c for c in (_opt(v, "cost") for v in vs) if c is not None]
+        if not costs:
+            continue
+        s = [x for x in (_opt(v, "job_slowdown") for v in vs) if x is not None]
+        h = [x for x in (_opt(v, "gpu_hours_lost_per_hour") for v in vs) if x is not None]
+        out.append(CulpritCost(culprit_label(vs[0]), vs[0].component, _median(s), _median(costs), _median(h),
+                               len(vs)))
+    return sorted(out, key=lambda c: (-(c.cost or 0.0), c.label))
+
+
+def _gpus(nodes: dict[int, str], known: dict[int, int]) -> dict[int, int]:
+    """rank -> GPU index: the digest's when known, else the rank's position among its node's ranks."""
+    by_node: dict[str, list[int]] = defaultdict(list)
+    for r, n in nodes.items():
+        by_node[n].append(r)
+    out = {}
+    for ranks in by_node.values():
+        for i, r in enumerate(sorted(ranks)):
+            out[r] = known.get(r, i)
+    return out
 
 
 def _subject(v: Verdict | None) -> str:
@@ -260,15 +413,16 @@ def from_windows(job: str, windows: Sequence[WindowResult], source: str, window_
     for w in windows:
         nodes.update({int(r): n for r, n in zip(w.digest.ranks.rank, w.digest.ranks.node)})
     focus = main.rank if main is not None and main.scope == "rank" else None
+    known_gpu: dict[int, int] = {}
     rows = []
     for w in windows:
+        known_gpu.update({int(r): int(g) for r, g in w.digest.gpu_index.items()})
         pat = build_patterns(w.digest) if w.digest.ranks.rank else None
         st = dict(zip(pat.ranks.tolist(), pat.step_time_ns.tolist())) if pat is not None else {}
         vals = [float(x) for x in st.values() if _finite(x)]
-        rows.append(WindowRow(w.start_ns, w.end_ns, float(np.median(vals)) if vals else None,
-                              max(vals) if vals else None,
-                              float(st[focus]) if focus is not None and _finite(st.get(focus)) else None,
-                              verdicts=len(w.verdicts)))
+        per_rank = _window_slowdowns(w.summaries).get(w.start_ns, {})
+        rows.append(_window_row(w.start_ns, w.end_ns, per_rank, focus, len(w.verdicts),
+                                float(np.median(vals)) if vals else None))
     chosen_windows = [w for w in windows if w.start_ns in fired] or list(windows)
     node = main.node if main is not None and main.scope in ("rank", "node") else None
     counters = _counter_rows(chosen_windows, focus, node)
@@ -276,9 +430,10 @@ def from_windows(job: str, windows: Sequence[WindowResult], source: str, window_
              else f"median over all {len(windows)} window(s) (no verdict)")
     return JobReport(
         job=job, source=source, window_ns=window_ns, windows=rows, timeline="step_time", ranks=ranks, nodes=nodes,
-        fns=fns, fn_kinds=kinds, heat=heat, heat_basis=basis, verdicts=verdicts, culprit_ranks=culprit_ranks,
-        culprit_nodes=culprit_nodes, subject=_subject(main), counters=counters,
+        fns=fns, fn_kinds=kinds, heat=heat, heat_basis=basis, gpus=_gpus(nodes, known_gpu), verdicts=verdicts,
+        culprit_ranks=culprit_ranks, culprit_nodes=culprit_nodes, subject=_subject(main), counters=counters,
         counters_basis=f"counter digests, {basis.replace('median over', 'medians over')}", notes=notes,
+        costs=culprit_costs(verdicts),
     )
 
 
@@ -291,11 +446,12 @@ def _evidence_rows(v: Verdict | None) -> list[CounterRow]:
     for key, value in v.evidence.items():
         if not isinstance(value, dict) or "culprit" not in value:
             continue
-        c, p = value.get("culprit"), value.get("peer_median", value.get("victim_median"))
+        c = value.get("culprit")
+        p = next((value[k] for k in ("peer_median", "same_rail_median", "victim_median") if k in value), None)
         if not _finite(c):
             continue
         group, label, unit = known.get(key, ("evidence", key, ""))
-        rows.append(CounterRow(group, label, unit, float(c), float(p) if _finite(p) else None))
+        rows.append(CounterRow(group, label, unit, float(c), float(p) if _finite(p) else None, key=key))
     return rows
 
 
@@ -307,31 +463,23 @@ def from_rows(job: str, verdicts: Sequence[Verdict], summaries: Sequence[dict[st
     fired = {v.window_start_ns for v in verdicts}
     ranks, nodes, fns, kinds, heat, notes = _heat(summaries, fired or None, {v.fn for v in verdicts})
     focus = main.rank if main is not None and main.scope == "rank" else None
-    by_window: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
-    for s in summaries:
-        if s.get("kind") in HEAT_SKIP_KINDS or not _finite(s.get("slowdown_vs_peers")):
-            continue
-        key = (int(s["window_start_ns"]), int(s["window_end_ns"]))
-        r = int(s["rank"])
-        by_window[key][r] = max(by_window[key].get(r, 0.0), float(s["slowdown_vs_peers"]))
-    for v in verdicts:
-        by_window.setdefault((v.window_start_ns, v.window_end_ns), {})
-    count = defaultdict(int)
+    per_window = _window_slowdowns(summaries)
+    bounds = {(int(s["window_start_ns"]), int(s["window_end_ns"])) for s in summaries}
+    bounds |= {(v.window_start_ns, v.window_end_ns) for v in verdicts}
+    count: dict[int, int] = defaultdict(int)
     for v in verdicts:
         count[v.window_start_ns] += 1
-    rows = []
-    for (start, end), per_rank in sorted(by_window.items()):
-        vals = list(per_rank.values())
-        rows.append(WindowRow(start, end, float(np.median(vals)) if vals else None, max(vals) if vals else None,
-                              per_rank.get(focus) if focus is not None else None, verdicts=count[start]))
-    window_ns = int(np.median([e - s for s, e in by_window])) if by_window else 0
+    rows = [_window_row(start, end, per_window.get(start, {}), focus, count[start], None)
+            for start, end in sorted(bounds)]
+    window_ns = int(np.median([e - s for s, e in bounds])) if bounds else 0
     if not summaries:
         notes.append("no window summaries stored for this job: the heat-map is empty")
     return JobReport(
         job=job, source=source, window_ns=window_ns, windows=rows, timeline="slowdown", ranks=ranks, nodes=nodes,
         fns=fns, fn_kinds=kinds, heat=heat,
         heat_basis=(f"median over the {len(fired)} window(s) with a verdict" if fired else "median over all windows"),
-        verdicts=verdicts, culprit_ranks=culprit_ranks, culprit_nodes=culprit_nodes, subject=_subject(main),
+        gpus=_gpus(nodes, {v.rank: v.gpu for v in verdicts if v.scope == "rank" and v.gpu >= 0}), verdicts=verdicts,
+        costs=culprit_costs(verdicts), culprit_ranks=culprit_ranks, culprit_nodes=culprit_nodes, subject=_subject(main),
         counters=_evidence_rows(main), counters_basis="the verdict's evidence (ClickHouse keeps no raw counters)",
         notes=notes,
     )
