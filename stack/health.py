@@ -127,7 +127,10 @@ def _broker(kafka: dict[str, Any], timeout_s: float = 3.0) -> Check:
         return Check("kafka", False, f"{bootstrap}: {what}; {kafka.get('restarts', 0)} restart(s) so far", pid,
                      state="degraded" if sup_state == "restarting" else "down")
     try:
-        wait_for_broker(bootstrap, timeout_s=timeout_s)
+        from eroica.producers.kafka.config import KafkaConfig
+
+        # the environment's TLS/SASL settings too (an external secure cluster): producers/kafka/client.py
+        wait_for_broker(KafkaConfig.from_env(bootstrap=bootstrap), timeout_s=timeout_s)
     except BrokerError as exc:
         return Check("kafka", False, f"{bootstrap}: {exc}", pid)
     except Exception as exc:  # noqa: BLE001 - librdkafka missing or misconfigured

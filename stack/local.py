@@ -294,7 +294,7 @@ class LocalStack:
     def _start_broker(self) -> None:
         if self.kafka:
             try:
-                wait_for_broker(self.kafka, timeout_s=15)
+                wait_for_broker(self.kafka_config(), timeout_s=15)
             except BrokerError as exc:
                 raise StackError(f"Kafka at {self.kafka} does not answer: {exc}") from exc
             self.bootstrap = self.kafka
@@ -314,7 +314,8 @@ class LocalStack:
 
     def _create_topics(self) -> None:
         try:
-            create_topics(self.bootstrap, self.kafka_config().topics(), config=self.topic_config())
+            kafka = self.kafka_config()
+            create_topics(kafka, kafka.topics(), config=self.topic_config())
         except BrokerError as exc:
             raise StackError(str(exc)) from exc
 

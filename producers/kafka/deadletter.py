@@ -47,3 +47,14 @@ def encode_deadletter(invalid: Invalid, max_bytes: int = MAX_DEADLETTER_BYTES) -
 def publish_invalid(publisher: FramePublisher, topic: str, invalid: Invalid) -> bool:
     """Send one reject to ``topic``; False if the publisher dropped it (see its policy)."""
     return publisher.publish(topic, encode_deadletter(invalid), key=invalid.source)
+
+
+def deadletter_message(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                       reason: str, max_bytes: int = MAX_DEADLETTER_BYTES) -> bytes:
+    """The dead letter of one rejected Kafka message (JSON), as every plain consumer writes it.
+
+    ``source``/``line`` are the topic and offset (with ``partition``/``offset``
+    and the key as text): the durable reference when ``raw`` had to be cut.
+    """
+    return encode_with_raw({"source": topic, "line": offset, "partition": partition, "offset": offset,
+                            "key": (key or b"").decode("utf-8", "replace"), "reason": reason}, value, max_bytes)

@@ -105,11 +105,12 @@ class FramePublisher:
         self.stats = PublisherStats()
         self._last_drop_warning = float("-inf")
         self._closed = False
-        conf = {
-            "bootstrap.servers": config.bootstrap,
-            "client.id": client_id,
-            "enable.idempotence": True,  # no duplicates or reordering on retry
-            "acks": "all",
+        from .client import producer_conf as base_conf
+
+        role = client_id.removeprefix("eroica-") if client_id.startswith("eroica-") else client_id
+        # idempotent, acks=all: no duplicates or reordering on retry (client.py)
+        conf = base_conf(config, role, logger=_RateLimitedLogger(logging.getLogger("eroica.kafka.librdkafka")))
+        conf.update({
             "compression.type": config.compression,
             "linger.ms": config.linger_ms,
             "batch.num.messages": 10000,
@@ -118,8 +119,7 @@ class FramePublisher:
             "message.timeout.ms": config.delivery_timeout_ms,
             "on_delivery": self._on_delivery,
             "error_cb": self._on_error,
-            "logger": _RateLimitedLogger(logging.getLogger("eroica.kafka.librdkafka")),
-        }
+        })
         conf.update(producer_conf or {})
         self._producer = Producer(conf)
 

@@ -31,8 +31,8 @@ from typing import Iterable
 
 from eroica.models.frames import EndOfStream, encode_end_of_stream, encode_frame, encode_job
 from eroica.models.reader import DEFAULT_BATCH, read_batches
-from eroica.stack.tansu import BrokerError, create_topics, wait_for_broker
 
+from .admin import BrokerError, create_topics, wait_for_broker
 from .config import KafkaConfig
 from .deadletter import publish_invalid
 from .framing import FrameAccumulator, FrameSlice
@@ -145,9 +145,9 @@ def ensure_topics(config: KafkaConfig, timeout_s: float = 10.0) -> None:
     timeout); a broker that refuses CreateTopics (ACLs, managed Kafka) is only
     a warning: the topics may exist already or be auto-created.
     """
-    wait_for_broker(config.bootstrap, timeout_s=timeout_s)
+    wait_for_broker(config, timeout_s=timeout_s)
     try:
-        create_topics(config.bootstrap, {config.raw_topic: config.partitions,
+        create_topics(config, {config.raw_topic: config.partitions,
                                          config.deadletter_topic: config.partitions}, timeout_s=timeout_s)
     except BrokerError as exc:
         log.warning("%s; publishing anyway", exc)

@@ -1,6 +1,7 @@
 """The alert consumer: verdict topic -> incidents -> webhook, never losing or repeating an alert.
 
-The loop (the sink worker's commit discipline, with a webhook instead of an INSERT):
+The loop (the sink worker's commit discipline, with a webhook instead of an
+INSERT; both run the shared :mod:`eroica.producers.kafka.loop`):
 
 1. consume ``eroica.verdicts`` (JSON verdicts, key = job) and, as the jobs'
    event-time clock, ``eroica.patterns`` (one msgpack list of window
@@ -42,17 +43,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgspec
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Message, Producer, TopicPartition
 
-from eroica.models.deadletter import encode_with_raw
 from eroica.models.limits import MAX_VERDICT_BYTES, LimitError, check_msgpack, failure_reason
 from eroica.models.verdict import Verdict, decode_verdict, decode_verdicts
-from eroica.producers.kafka.publisher import _RateLimitedLogger
+from eroica.producers.kafka.admin import ensure_topics
+from eroica.producers.kafka.client import consumer_conf, producer_conf
+from eroica.producers.kafka.loop import Batch, ConsumeLoop, Entry, LoopSettings, Rejected, Retry
 from eroica.stack import metrics
-from eroica.sinks.pausing import PartitionPause
 
 from .config import AlertConfig
-from .incidents import Notification
 from .payloads import render
 from .state import AlertState
 from .webhook import Delivery, post
@@ -133,41 +133,45 @@ class AlertStats:
 class AlertConsumer:
     """One consumer, one state file, one loop; ``run()`` blocks until ``stop()``.
 
-    ``consumer``, ``sender`` (the webhook POST) and ``clock`` (wall ns) may be
-    injected by tests.
+    The loop (poll, decode, dead letters, pause while the webhook is away, commit
+    after the write) is the shared :class:`~eroica.producers.kafka.loop.ConsumeLoop`;
+    this class is its handler: a message is applied to the incident tracker
+    when decoded, and the *write* delivers the queued notifications and saves
+    the state file. ``consumer``, ``producer`` (dead letters), ``sender`` (the
+    webhook POST) and ``clock`` (wall ns) may be injected by tests.
     """
 
     def __init__(self, config: AlertConfig, *, consumer: Consumer | None = None, producer: Producer | None = None,
                  sender: Callable[..., Delivery] = post, clock: Callable[[], int] = time.time_ns,
                  serve_metrics: bool = False) -> None:
         self.config = config
-        self._consumer = consumer
-        self._producer = producer          # dead letters only; made at the first one
-        self._deadletters: list[list] = []  # [key, value, state] not yet delivered: offsets wait for them
         self._send = sender
         self._clock = clock
         self._serve_metrics = serve_metrics
         self.stats = AlertStats()
         self.state: AlertState | None = None
-        self._pending: dict[tuple[str, int], int] = {}   # next offset to commit, per partition
         self._dirty = False
         self._last_checkpoint = time.monotonic()
         self._next_tick = 0.0
         self._next_prune = 0.0
-        self._paused = PartitionPause()
         self._committed: dict[tuple[str, int], int] = {}
-        self._stop = threading.Event()
-        self._stop_at: float | None = None
-        self._failures = 0
-        self._delivering = False
-        self._closing = False
+        self.loop = ConsumeLoop(
+            self, deadletter_topic=config.kafka.deadletter_topic, consumer=consumer,
+            producer_factory=self._make_producer, stats=self.stats, component=COMPONENT,
+            settings=LoopSettings(max_poll_messages=config.max_poll_messages,
+                                  flush_interval_s=config.checkpoint_interval_s, batch_size=1 << 62,
+                                  shutdown_timeout_s=config.shutdown_timeout_s, backoff=config.backoff,
+                                  idle_slice_s=_IDLE_SLICE_S, deadletter_flush_s=_DEADLETTER_FLUSH_S))
+        self.loop.producer = producer
         self.ready = threading.Event()
+
+    @property
+    def _consumer(self) -> Consumer | None:
+        return self.loop.consumer
 
     # -- lifecycle ------------------------------------------------------------------------
     def stop(self) -> None:
-        if not self._stop.is_set():
-            self._stop_at = time.monotonic()
-            self._stop.set()
+        self.loop.stop()
 
     def run(self) -> AlertStats:
         cfg = self.config
@@ -176,99 +180,39 @@ class AlertConsumer:
         try:
             if self._serve_metrics:
                 metrics.serve(COMPONENT)
-            self._ensure_topics()
-            self._open_kafka()
-            assert self._consumer is not None
-            self._consumer.subscribe(cfg.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                     on_lost=self._on_lost)
-            self.ready.set()
-            log.info("alerting on %s (group %s) -> %s as %s; state %s", ", ".join(cfg.topics), cfg.group_id,
-                     cfg.webhook, cfg.fmt, cfg.state_file)
-            if self.state.outbox:
-                log.info("%d notification(s) left undelivered by the last run: sending them first",
-                         len(self.state.outbox))
-            while not self._stop.is_set():
-                self._poll(_IDLE_SLICE_S)
-                self._tick()
-                if self.state.outbox:
-                    self._deliver_all()
-                if self._dirty and time.monotonic() - self._last_checkpoint >= cfg.checkpoint_interval_s:
-                    self._checkpoint()
-            # Stopping: one last try to deliver what is queued (bounded), then checkpoint.
-            if self.state.outbox:
-                self._deliver_all()
-            if self._dirty or self._pending:
-                self._checkpoint()
+            if cfg.create_topics:
+                ensure_topics(cfg.kafka, cfg.topics, log=log)
+            if self.loop.consumer is None:
+                self.loop.consumer = Consumer(consumer_conf(cfg.kafka, "alert", cfg.group_id,
+                                                            session_timeout_ms=cfg.session_timeout_ms))
+
+            def ready() -> None:
+                self.ready.set()
+                log.info("alerting on %s (group %s) -> %s as %s; state %s", ", ".join(cfg.topics), cfg.group_id,
+                         cfg.webhook, cfg.fmt, cfg.state_file)
+                if self.state is not None and self.state.outbox:
+                    log.info("%d notification(s) left undelivered by the last run: sending them first",
+                             len(self.state.outbox))
+
+            self.loop.run(cfg.topics, on_ready=ready)
             return self.stats
         finally:
-            self._close()
+            try:
+                self.loop.close()  # leaves the group; its revoke callback commits nothing now
+            finally:
+                if self.state is not None:
+                    self.state.unlock()
 
-    def _ensure_topics(self) -> None:
-        if not self.config.create_topics:
-            return
-        from eroica.stack.tansu import BrokerError, create_topics
+    def _make_producer(self) -> Producer:
+        return Producer(producer_conf(self.config.kafka, "alert-deadletter"))
 
-        k = self.config.kafka
-        try:
-            create_topics(k.bootstrap, {t: k.partitions for t in (*self.config.topics, k.deadletter_topic)},
-                          timeout_s=10.0)
-        except BrokerError as exc:
-            log.warning("%s; consuming anyway", exc)
-
-    def _open_kafka(self) -> None:
-        if self._consumer is not None:
-            return
-        cfg = self.config
-        self._consumer = Consumer({
-            "bootstrap.servers": cfg.kafka.bootstrap,
-            "group.id": cfg.group_id,
-            "client.id": "eroica-alert",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": cfg.session_timeout_ms,
-            "heartbeat.interval.ms": max(500, cfg.session_timeout_ms // 5),
-            "fetch.wait.max.ms": 100,
-            "logger": _RateLimitedLogger(logging.getLogger("eroica.kafka.librdkafka")),
-        })
-
-    def _close(self) -> None:
-        try:
-            if self._consumer is not None:
-                consumer, self._consumer = self._consumer, None
-                self._closing = True
-                consumer.close()  # leaves the group; its revoke callback commits nothing now
-            if self._producer is not None:
-                self._producer.flush(_DEADLETTER_FLUSH_S)
-        except (KafkaException, RuntimeError) as exc:
-            log.warning("closing the consumer: %s", exc)
-        finally:
-            if self.state is not None:
-                self.state.unlock()
-
-    # -- consuming ------------------------------------------------------------------------------
-    def _poll(self, timeout_s: float) -> None:
-        assert self._consumer is not None
-        for msg in self._consumer.consume(self.config.max_poll_messages, timeout_s):
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if err.fatal():
-                    raise KafkaException(err)
-                self.stats.last_error = f"kafka: {err.str()}"
-                log.warning("Kafka consumer: %s", err.str())
-                continue
-            self._handle(msg)
-
-    def _handle(self, msg: Message) -> None:
+    # -- the loop's handler: decoding (= applying to the tracker, idempotent) ----------------------
+    def decode(self, msg: Message) -> tuple[None, int]:
         assert self.state is not None
-        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-        self.stats.consumed += 1
-        metrics.records_in(COMPONENT, topic)
         now = self._clock()
+        self._dirty = True
         try:
-            if topic == self.config.kafka.verdicts_topic:
+            if msg.topic() == self.config.kafka.verdicts_topic:
                 for v in decode_verdict_message(msg.value()):
                     self.stats.verdicts += 1
                     self.state.enqueue(self.state.tracker.observe_verdict(v, now))
@@ -276,56 +220,16 @@ class AlertConsumer:
                 for job, start, end in decode_window_message(msg.value()):
                     self.stats.windows += 1
                     self.state.tracker.observe_window(job, start, end, now)
-        except Exception as exc:  # _Rejected, or a failure applying it: dead-lettered, never a crash loop
-            reason = str(exc) if isinstance(exc, _Rejected) else f"processing failed: {failure_reason(exc)}"
-            self.stats.invalid += 1
-            metrics.invalid(COMPONENT, reason)
-            log.warning("dead letter %s[%d]@%d: %s", topic, partition, offset, reason)
-            self._dead_letter(topic, partition, offset, msg.key(), msg.value(), reason)
-        self._pending[(topic, partition)] = max(self._pending.get((topic, partition), 0), offset + 1)
-        self._committed.pop((topic, partition), None)
-        self._dirty = True
+        except _Rejected as exc:
+            raise Rejected(str(exc)) from None
+        self._committed.pop((msg.topic(), msg.partition()), None)
+        return None, 1
 
-    # -- dead letters ------------------------------------------------------------------------------
-    def _dead_letter(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                     reason: str) -> None:
-        """Queue the rejected message for the dead-letter topic (whole, or a reference past 900 KiB)."""
-        doc = {"source": topic, "line": offset, "partition": partition, "offset": offset,
-               "key": (key or b"").decode("utf-8", "replace"), "reason": reason}
-        self._deadletters.append([key, encode_with_raw(doc, value), None])
-        self._send_deadletters()
-
-    def _send_deadletters(self, flush_s: float = 0.0) -> bool:
-        """Produce what is queued; True once every dead letter is delivered (offsets may then be committed)."""
-        if not self._deadletters:
-            return True
-        if self._producer is None:
-            self._producer = Producer({"bootstrap.servers": self.config.kafka.bootstrap,
-                                       "client.id": "eroica-alert-deadletter", "enable.idempotence": True,
-                                       "logger": _RateLimitedLogger(logging.getLogger("eroica.kafka.librdkafka"))})
-        topic = self.config.kafka.deadletter_topic
-
-        def report(item: list) -> Callable[[Any, Any], None]:
-            def cb(err: Any, _msg: Any) -> None:
-                item[2] = "delivered" if err is None else "failed"
-            return cb
-
-        for item in self._deadletters:
-            if item[2] in (None, "failed"):
-                item[2] = "inflight"
-                try:
-                    self._producer.produce(topic, item[1], item[0], on_delivery=report(item))
-                except (BufferError, KafkaException) as exc:
-                    item[2] = "failed"
-                    self.stats.last_error = f"dead letter: {exc}"
-        self._producer.flush(flush_s) if flush_s else self._producer.poll(0)
-        done = [i for i in self._deadletters if i[2] == "delivered"]
-        self.stats.deadletters += len(done)
-        self._deadletters = [i for i in self._deadletters if i[2] != "delivered"]
-        return not self._deadletters
+    def on_rejected(self, entry: Entry) -> None:
+        self.stats.invalid += 1
 
     # -- time passing ------------------------------------------------------------------------------
-    def _tick(self) -> None:
+    def tick(self) -> None:
         assert self.state is not None
         mono = time.monotonic()
         if mono < self._next_tick:
@@ -342,6 +246,16 @@ class AlertConsumer:
             self.state.prune(now)
         self.stats.open_incidents = self.state.tracker.open_count()
         metrics.ALERT_OPEN_INCIDENTS.set(self.stats.open_incidents)
+
+    def has_work(self) -> bool:
+        """Notifications to send now, or state changed by the clock to save (even with no message read)."""
+        if self.state is None:
+            return False
+        return bool(self.state.outbox) or (
+            self._dirty and time.monotonic() - self._last_checkpoint >= self.config.checkpoint_interval_s)
+
+    def can_write_in_rebalance(self) -> bool:
+        return self.state is not None and not self.state.outbox
 
     def _caught_up(self) -> bool:
         """True when every assigned partition has been read up to its end (nothing can be waiting)."""
@@ -376,124 +290,72 @@ class AlertConsumer:
             self._committed[key] = off if off >= 0 else low
         return self._committed[key]
 
-    # -- delivering --------------------------------------------------------------------------------------
-    def _deadline_passed(self) -> bool:
-        return self._stop_at is not None and time.monotonic() >= self._stop_at + self.config.shutdown_timeout_s
+    # -- the loop's handler: writing = delivering, then the state file -------------------------------
+    def write(self, batch: Batch) -> None:
+        """Deliver the queue in order (Retry at the first transient failure), then save the state file.
+
+        The loop commits the batch's offsets only after this returns: the state
+        file then holds every effect of the messages they cover.
+        """
+        self._deliver_all()
+        self._checkpoint(batch)
 
     def _deliver_all(self) -> None:
-        """Send the queue in order; returns when it is empty or (stopping) past the shutdown deadline."""
         assert self.state is not None
         cfg = self.config
-        self._delivering = True
-        try:
-            while self.state.outbox:
-                n = self.state.outbox[0]
-                if n.notification_id in self.state.delivered:
-                    self.state.outbox.pop(0)
-                    self.stats.duplicates_skipped += 1
-                    metrics.ALERT_NOTIFICATIONS.labels(n.event, "duplicate").inc()
-                    continue
-                t0 = time.perf_counter()
-                result = self._send(cfg.webhook, render(n, cfg.fmt, reminder_ns=cfg.reminder_ns),
-                                    n.notification_id, timeout_s=cfg.timeout_s)
-                if result.outcome == "transient":
-                    self._failures += 1
-                    self.stats.delivery_failures += 1
-                    self.stats.webhook = "down"
-                    self.stats.last_error = f"webhook: {result.detail or result.status}"
-                    metrics.ALERT_DELIVERY_FAILURES.labels("transient").inc()
-                    if self._failures == 1 or self._failures % 10 == 0:
-                        log.warning("webhook did not accept %s %s (attempt %d, retrying, nothing committed): %s",
-                                    n.event, n.notification_id, self._failures, result.detail or result.status)
-                    self._pause()
-                    delay = cfg.backoff(self._failures)
-                    if self._stop.is_set() and (self._deadline_passed() or
-                                                time.monotonic() + delay > self._stop_at + cfg.shutdown_timeout_s):
-                        log.warning("stopping with %d notification(s) undelivered; they are kept in %s and sent "
-                                    "at the next start", len(self.state.outbox), cfg.state_file)
-                        self.state.save(self._clock())
-                        return
-                    self._idle(delay)
-                    continue
-                now = self._clock()
-                if result.outcome == "accepted":
-                    self.stats.delivered[n.event] = self.stats.delivered.get(n.event, 0) + 1
-                    self.stats.webhook = "up"
-                    metrics.ALERT_DELIVERY.observe(time.perf_counter() - t0)
-                    metrics.ALERT_NOTIFICATIONS.labels(n.event, "delivered").inc()
-                    metrics.records_out(COMPONENT, "webhook")
-                    log.info("delivered %s %s (incident %s #%d, job %s)", n.event, n.notification_id,
-                             n.incident_id, n.occurrence, n.job)
-                else:
-                    self.stats.refused += 1
-                    self.stats.last_error = f"webhook refused {n.notification_id}: {result.detail}"
-                    metrics.ALERT_DELIVERY_FAILURES.labels("refused").inc()
-                    metrics.ALERT_NOTIFICATIONS.labels(n.event, "refused").inc()
-                    log.error("webhook refused %s %s (%s); not retrying it", n.event, n.notification_id,
-                              result.detail)
-                self._failures = 0
-                self.state.mark(n, result.outcome, now)
-                self.state.save(now)  # before anything else: a restart must know it was sent
-                self._dirty = True
-            self._resume()
-        finally:
-            self._delivering = False
+        while self.state.outbox:
+            n = self.state.outbox[0]
+            if n.notification_id in self.state.delivered:
+                self.state.outbox.pop(0)
+                self.stats.duplicates_skipped += 1
+                metrics.ALERT_NOTIFICATIONS.labels(n.event, "duplicate").inc()
+                continue
+            t0 = time.perf_counter()
+            result = self._send(cfg.webhook, render(n, cfg.fmt, reminder_ns=cfg.reminder_ns),
+                                n.notification_id, timeout_s=cfg.timeout_s)
+            if result.outcome == "transient":
+                self.stats.delivery_failures += 1
+                self.stats.webhook = "down"
+                self.stats.last_error = f"webhook: {result.detail or result.status}"
+                metrics.ALERT_DELIVERY_FAILURES.labels("transient").inc()
+                raise Retry(f"webhook did not accept {n.event} {n.notification_id}: {result.detail or result.status}")
+            now = self._clock()
+            if result.outcome == "accepted":
+                self.stats.delivered[n.event] = self.stats.delivered.get(n.event, 0) + 1
+                self.stats.webhook = "up"
+                metrics.ALERT_DELIVERY.observe(time.perf_counter() - t0)
+                metrics.ALERT_NOTIFICATIONS.labels(n.event, "delivered").inc()
+                metrics.records_out(COMPONENT, "webhook")
+                log.info("delivered %s %s (incident %s #%d, job %s)", n.event, n.notification_id,
+                         n.incident_id, n.occurrence, n.job)
+            else:
+                self.stats.refused += 1
+                self.stats.last_error = f"webhook refused {n.notification_id}: {result.detail}"
+                metrics.ALERT_DELIVERY_FAILURES.labels("refused").inc()
+                metrics.ALERT_NOTIFICATIONS.labels(n.event, "refused").inc()
+                log.error("webhook refused %s %s (%s); not retrying it", n.event, n.notification_id,
+                          result.detail)
+            self.state.mark(n, result.outcome, now)
+            self.state.save(now)  # before anything else: a restart must know it was sent
+            self._dirty = True
 
-    def _checkpoint(self) -> None:
-        """State file, then offsets: only with nothing left to deliver."""
+    def _checkpoint(self, batch: Batch) -> None:
+        """The state file (the loop commits the batch's offsets right after)."""
         assert self.state is not None
-        if self.state.outbox:
-            return
-        if not self._send_deadletters(_DEADLETTER_FLUSH_S):
-            log.warning("%d dead letter(s) not delivered yet; offsets not committed", len(self._deadletters))
-            return
         self.state.save(self._clock())
         self._dirty = False
         self._last_checkpoint = time.monotonic()
-        if not self._pending or self._consumer is None:
-            return
-        offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self._pending.items())]
-        try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            self.stats.last_error = f"commit: {exc}"
-            log.warning("offset commit failed (%s); the messages will be read again, without effect", exc)
-            return
-        self._pending.clear()
-        self.stats.commits += 1
-        metrics.offset_commit(COMPONENT)
 
-    # -- waiting while the webhook is down -------------------------------------------------------------------
-    def _pause(self) -> None:
-        self._paused.pause(self._consumer)
+    def on_write_failed(self, exc: Retry, failures: int) -> None:
+        if failures == 1 or failures % 10 == 0:
+            log.warning("%s (attempt %d, retrying, nothing committed)", exc, failures)
 
-    def _resume(self) -> None:
-        self._paused.resume(self._consumer)
+    def on_gave_up(self, batch: Batch) -> None:
+        assert self.state is not None
+        log.warning("stopping with %d notification(s) undelivered; they are kept in %s and sent "
+                    "at the next start", len(self.state.outbox), self.config.state_file)
+        self.state.save(self._clock())
 
-    def _idle(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while True:
-            now = time.monotonic()
-            if now >= end or self._deadline_passed():
-                return
-            self._poll(min(_IDLE_SLICE_S, end - now))
-
-    # -- rebalance callbacks ----------------------------------------------------------------------------------
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.info("assigned %s", ", ".join(sorted(f"{p.topic}[{p.partition}]" for p in partitions)) or "nothing")
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if (not self._delivering and not self._closing and self.state is not None and not self.state.outbox
-                and self._pending):
-            self._checkpoint()
-        self._forget([(p.topic, p.partition) for p in partitions])
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._forget([(p.topic, p.partition) for p in partitions])
-
-    def _forget(self, partitions: list[tuple[str, int]]) -> None:
-        for key in partitions:
-            self._pending.pop(key, None)
-            self._committed.pop(key, None)
-        gone = set(partitions)
-        self._paused.forget(gone)
+    def on_revoke(self, partitions: list[Any]) -> None:
+        for p in partitions:
+            self._committed.pop((p.topic, p.partition), None)

@@ -75,12 +75,12 @@ class _Crash(Exception):
 class _CrashBeforeCommit(AlertConsumer):
     """Dies right after writing the state file, before its first offset commit covering a verdict."""
 
-    def _checkpoint(self) -> None:
-        verdict_read = any(t == self.config.kafka.verdicts_topic for t, _p in self._pending)
+    def _checkpoint(self, batch) -> None:
+        verdict_read = any(t == self.config.kafka.verdicts_topic for t, _p in batch.offsets)
         if verdict_read and self.state is not None and not self.state.outbox and self.stats.delivered:
             self.state.save(self._clock())
             raise _Crash("killed between the state write and the commit")
-        super()._checkpoint()
+        super()._checkpoint(batch)
 
 
 def test_crash_between_state_write_and_commit_sends_nothing_twice(kafka_bootstrap: str, webhook: Webhook,

@@ -34,7 +34,7 @@ class StateLoadError(RuntimeError):
     pass
 
 
-async def load_partition(bootstrap: str, topic: Any, topic_name: str, partition: int,
+async def load_partition(bootstrap: Any, topic: Any, topic_name: str, partition: int,
                          timeout_s: float = LOAD_TIMEOUT_S) -> list[JobState]:
     """Every job's last state on ``partition`` of the state topic (``topic``: the faust topic)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -44,7 +44,11 @@ async def load_partition(bootstrap: str, topic: Any, topic_name: str, partition:
     meta = await fut
     marker_offset = meta.offset
     tp = TopicPartition(topic_name, partition)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,
+    from eroica.producers.kafka.client import aiokafka_kwargs
+    from eroica.producers.kafka.config import KafkaConfig
+
+    config = bootstrap if isinstance(bootstrap, KafkaConfig) else KafkaConfig(bootstrap=bootstrap)
+    consumer = AIOKafkaConsumer(**aiokafka_kwargs(config, "state-loader"), enable_auto_commit=False,
                                 group_id=None, fetch_max_wait_ms=100, auto_offset_reset="earliest")
     states: dict[bytes, bytes] = {}
     await consumer.start()

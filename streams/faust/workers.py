@@ -23,6 +23,7 @@ import faust
 
 from eroica.models.reader import Invalid
 from eroica.models.limits import failure_reason
+from eroica.producers.kafka.client import faust_broker_kwargs
 from eroica.producers.kafka.config import KafkaConfig
 from eroica.producers.kafka.deadletter import encode_deadletter
 from eroica.stack import metrics
@@ -64,10 +65,9 @@ def build_app(role: str, settings: WorkerSettings, config: KafkaConfig, web_port
     app_id = settings.app_id_for(role)
     datadir = settings.data_dir / app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)  # faust fails when the parent is missing
-    brokers = [f"kafka://{b.strip()}" for b in config.bootstrap.split(",") if b.strip()]
     return faust.App(
         app_id,
-        broker=brokers,
+        **faust_broker_kwargs(config),  # bootstrap, client id, TLS/SASL (producers/kafka/client.py)
         store="memory://",
         datadir=str(datadir),
         autodiscover=False,
@@ -325,7 +325,7 @@ class DetectorWorker:
         async with self.lock:
             if msg.partition not in self.loaded:
                 await _ensure_base(self.app, msg.tp)
-                for st in await load_partition(self.config.bootstrap, self.state, self.state_name, msg.partition):
+                for st in await load_partition(self.config, self.state, self.state_name, msg.partition):
                     st.partition = msg.partition
                     self.core.restore(st)
                 self.loaded.add(msg.partition)
@@ -426,14 +426,15 @@ class _DeadlineWorker(faust.Worker):
 def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig | None = None,
         connect_timeout_s: float = 30.0) -> int:
     """Run one worker in this process until SIGTERM/SIGINT; returns the exit status (0 after a clean stop)."""
-    from eroica.stack.tansu import BrokerError, create_topics, free_port, wait_for_broker
+    from eroica.producers.kafka.admin import BrokerError, create_topics, wait_for_broker
+    from eroica.stack.tansu import free_port
 
     settings = settings or WorkerSettings.from_env()
     config = config or KafkaConfig.from_env()
     app_id = settings.app_id_for(role)
     try:
-        wait_for_broker(config.bootstrap, timeout_s=connect_timeout_s)
-        create_topics(config.bootstrap, topics_for(role, config, app_id))
+        wait_for_broker(config, timeout_s=connect_timeout_s)
+        create_topics(config, topics_for(role, config, app_id))
     except BrokerError as exc:
         print(f"eroica worker {role}: {exc}", file=sys.stderr)
         return 1

@@ -1,0 +1,46 @@
+"""The chaos cases that apply on tansu (the embedded default broker of ``eroica up``).
+
+tansu keeps everything in memory, so a broker kill loses the topics by design (README): only the worker
+and sink SIGKILLs and the poison case apply. Each: stored verdict ids == ``eroica analyze``'s, none doubled.
+The summariser, the detector and the sink are SIGKILLed one after the other within one replay (one case,
+to keep the suite short; each is killed alone on Apache Kafka in ``test_chaos_kafka.py``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from chaos.harness import ChaosStack, require_chdb, check_job, make_jobs, replay_with
+from chaos.poison import poison_case
+
+BROKER = "tansu"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    require_chdb()
+    base = tmp_path_factory.mktemp("chaos-tansu")
+    s = ChaosStack(base / "stack", broker="tansu")
+    s.jobs = make_jobs(base, ["tansu-kill-all", "poison-tansu"])  # type: ignore[attr-defined]
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def test_each_worker_and_the_sink_sigkilled_mid_stream(stack: ChaosStack) -> None:
+    job = stack.jobs["tansu-kill-all"]  # type: ignore[attr-defined]
+    killed: dict[str, int] = {}
+    t0 = time.monotonic()
+    replay_with(stack, job, [(1.0 + i, lambda s=s: killed.__setitem__(s, stack.sigkill(s)))
+                             for i, s in enumerate(("summariser", "detector", "sink"))])
+    for service, pid in killed.items():
+        stack.wait_restarted(service, pid)
+    check_job(stack, job, "SIGKILL summariser+detector+sink", BROKER, t0, timeout_s=150)
+
+
+def test_poison_on_every_topic(stack: ChaosStack) -> None:
+    poison_case(stack, stack.jobs["poison-tansu"], BROKER)  # type: ignore[attr-defined]
