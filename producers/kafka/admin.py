@@ -18,7 +18,7 @@ from typing import Any
 from .client import admin_conf
 from .config import KafkaConfig
 
-__all__ = ["BrokerError", "admin_client", "wait_for_broker", "create_topics", "ensure_topics"]
+__all__ = ["BrokerError", "admin_client", "wait_for_broker", "create_topics", "ensure_topics", "EndOffsets"]
 
 DEFAULT_WAIT_S = 20.0
 
@@ -125,3 +125,44 @@ def ensure_topics(kafka: KafkaConfig, names: Any, *, timeout_s: float = 10.0, lo
         if log is not None:
             log.warning("%s; consuming anyway", exc)
         return False
+
+
+class EndOffsets:
+    """The end offsets (high watermarks) of one topic's partitions, asked of the broker.
+
+    A stream worker uses it to tell "no more input" from "input held up": a
+    partition whose records it has all read is drained, one with records past
+    its read position is not, and a broker that does not answer means the
+    input may be held up (never "drained"). One librdkafka consumer, never
+    subscribed and never committing (its group id is never joined), opened on
+    first use. On tansu, whose reported high watermarks are too *low*, a
+    partition only ever looks drained: no worse than not asking.
+    """
+
+    def __init__(self, config: KafkaConfig, topic: str, timeout_s: float = 2.0) -> None:
+        self.config, self.topic, self.timeout_s = config, topic, timeout_s
+        self._consumer: Any = None
+
+    def __call__(self, partitions: list[int]) -> dict[int, int] | None:
+        """Partition -> end offset; None when the broker did not answer (blocking: run it in a thread)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        from .client import _NullLogger, consumer_conf
+
+        try:
+            if self._consumer is None:
+                conf = consumer_conf(self.config, "end-offsets", f"{self.config.client_id}-end-offsets",
+                                     logger=_NullLogger())
+                self._consumer = Consumer(conf)
+            return {p: int(self._consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                                timeout=self.timeout_s, cached=False)[1])
+                    for p in partitions}
+        except Exception:  # KafkaException (broker away, timeout): the answer is "unknown"
+            return None
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            finally:
+                self._consumer = None

@@ -238,6 +238,34 @@ class JobClock:
         self.seen[job] = now
 
 
+class InputDrain:
+    """Which partitions have no input left, from the broker's end offsets and the read positions.
+
+    Idle closing must tell "no more input" from "input held up": a broker that
+    restarts takes longer than the idle timeout, and the records it held would
+    then arrive after their windows closed, as late records, and be dropped.
+    A broker that does not answer (``ends`` None) drains nothing; once it
+    answers again every job gets a fresh idle period (what it held is still
+    on its way: publishers reconnect and resend); after that a partition is
+    drained when every record up to its end offset has been read.
+    """
+
+    def __init__(self, clock: JobClock) -> None:
+        self.clock = clock
+        self.held = False
+
+    def drained(self, ends: dict[int, int] | None, read_to: dict[int, int], now: float) -> set[int]:
+        if ends is None:
+            self.held = True
+            return set()
+        if self.held:
+            self.held = False
+            for job in list(self.clock.seen):
+                self.clock.saw(job, now)
+            return set()
+        return {p for p, end in ends.items() if read_to.get(p, 0) >= end}
+
+
 class PartitionSummariser:
     """Window state of one partition of the raw topic; ``source`` names it in every digest.
 
@@ -284,13 +312,25 @@ class PartitionSummariser:
         step = Step()
         pending = set(self.asm.pending_jobs())
         for job, js in self.jobs.items():
-            last = max(js.last_seen, self.clock.seen.get(job, 0.0))
-            if idle_s is not None and (js.held or js.end_tokens or job in pending) and now - last >= idle_s:
+            if idle_s is not None and self._idle(job, js, pending, now, idle_s):
                 self.stats.idle_closes += 1
                 step.extend(self._flush(job, js, end=js.all_ended()))
             elif js.due:
                 step.extend(self._close_due(job, js, now))
         return step
+
+    def idle_due(self, now: float, idle_s: float) -> bool:
+        """Whether :meth:`tick` with ``idle_s`` would close some job's windows as idle.
+
+        The worker asks first, so it checks the broker (is the input drained or
+        held up?) only when an idle close is at stake.
+        """
+        pending = set(self.asm.pending_jobs())
+        return any(self._idle(job, js, pending, now, idle_s) for job, js in self.jobs.items())
+
+    def _idle(self, job: str, js: "_Job", pending: set[str], now: float, idle_s: float) -> bool:
+        last = max(js.last_seen, self.clock.seen.get(job, 0.0))
+        return bool(js.held or js.end_tokens or job in pending) and now - last >= idle_s
 
     def pending_tokens(self) -> int:
         return sum(len(v) for js in self.jobs.values() for v in js.held.values()) + \

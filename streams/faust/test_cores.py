@@ -37,7 +37,7 @@ from eroica.streams.faust.detector import (
 from eroica.streams.faust.ingest import RAW, ingest_message
 from eroica.streams.faust.messages import DigestMsg, MessageError, decode_message, encode_message
 from eroica.streams.faust.settings import WorkerSettings
-from eroica.streams.faust.summariser import DEADLETTER, SUMMARIES, JobClock, PartitionSummariser
+from eroica.streams.faust.summariser import DEADLETTER, SUMMARIES, InputDrain, JobClock, PartitionSummariser
 
 W = 30 * 10**9
 
@@ -385,3 +385,23 @@ def test_a_frame_beyond_the_contract_bounds_is_dead_lettered() -> None:
     assert step.acks == ["tok"] and [s.topic for s in step.sends] == [DEADLETTER]
     doc = msgspec.json.decode(step.sends[0].value)
     assert "dur_ns outside [0, 604800000000000]" in doc["reason"] and doc["line"] == 9
+
+
+def test_idle_close_waits_while_the_broker_holds_input_back() -> None:
+    """A job silent past the idle timeout closes as idle only once its partition is drained: the
+    broker answers and every record up to its end offset was read. While the broker is away nothing
+    is drained, and its return restarts every job's idle period (its records are still on the way)."""
+    cols = from_records("fn", [FnRecord(job="j", node="n", rank=r, step=0, fn="f", kind="kernel",
+                                        ts_ns=10**18 + r, dur_ns=5) for r in range(3)])
+    clock = JobClock()
+    ps = PartitionSummariser("raw/0", W, W, 2 * W, clock=clock)
+    ps.on_message(b"j/1", encode_frame(cols), "tok", 0.0, 9)
+    clock.saw("j", 0.0)
+    drain = InputDrain(clock)
+    assert not ps.idle_due(4.0, 5.0) and ps.idle_due(6.0, 5.0)
+    assert drain.drained(None, {0: 10}, 6.0) == set()            # broker away: held up, not idle
+    assert drain.drained({0: 10}, {0: 10}, 7.0) == set()         # back: a fresh idle period for "j"
+    assert not ps.idle_due(11.0, 5.0) and ps.idle_due(12.5, 5.0)
+    assert drain.drained({0: 12}, {0: 10}, 12.5) == set()        # two records not read yet
+    assert drain.drained({0: 12}, {0: 12}, 12.6) == {0}
+    assert ps.tick(12.6, 5.0).sends and ps.stats.idle_closes == 1

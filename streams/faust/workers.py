@@ -23,6 +23,7 @@ import faust
 
 from eroica.models.reader import Invalid
 from eroica.models.limits import failure_reason
+from eroica.producers.kafka.admin import EndOffsets
 from eroica.producers.kafka.client import faust_broker_kwargs
 from eroica.producers.kafka.config import KafkaConfig
 from eroica.producers.kafka.deadletter import encode_deadletter
@@ -33,7 +34,8 @@ from .detector import PATTERNS, VERDICTS, DetectorCore, Output, encode_state
 from .ingest import RAW, ingest_message
 from .settings import ROLES, WorkerSettings
 from .state import load_partition
-from .summariser import DEADLETTER, SUMMARIES, JobClock, PartitionSummariser, Send, Step, SummariserStats
+from .summariser import (DEADLETTER, SUMMARIES, InputDrain, JobClock, PartitionSummariser, Send, Step,
+                         SummariserStats)
 
 log = logging.getLogger("eroica.streams.faust")
 
@@ -169,6 +171,13 @@ class SummariserWorker:
         self.started = time.monotonic()
         self.first_frame_at: float | None = None
         self.last_frame_at: float | None = None
+        # Idle closing must tell "no more input" from "input held up" (a broker
+        # restarting takes longer than the idle timeout; its records would then
+        # arrive late and be dropped): a partition's jobs close as idle only when
+        # the broker answers and every record up to its end offset has been read.
+        self.read_to: dict[int, int] = {}
+        self.end_offsets = EndOffsets(config, config.raw_topic)
+        self.input = InputDrain(self.clock)
 
         async def summarise(stream: Any) -> None:
             async for event in stream.noack().events():
@@ -218,6 +227,7 @@ class SummariserWorker:
         if self.first_frame_at is None:
             self.first_frame_at = now
         self.last_frame_at = now
+        self.read_to[msg.partition] = max(self.read_to.get(msg.partition, 0), msg.offset + 1)
         async with self.lock:
             try:
                 step = self._partition(msg.partition).on_message(event.key, event.value, held, now, msg.offset)
@@ -242,14 +252,22 @@ class SummariserWorker:
 
     async def tick(self) -> None:
         now = time.monotonic()
+        idle_s = self.settings.idle_close_s
         async with self.lock:
-            for ps in list(self.parts.values()):
+            waiting = [p for p, ps in self.parts.items() if ps.idle_due(now, idle_s)]
+        drained = await self._drained(waiting, now) if waiting else set()
+        async with self.lock:
+            for p, ps in list(self.parts.items()):
                 try:
-                    step = ps.tick(now, self.settings.idle_close_s)
+                    step = ps.tick(now, idle_s if p in drained else None)
                 except Exception:  # logged; the next tick tries again
                     log.exception("closing windows of %s failed", ps.source)
                     continue
                 await self.deliver(step)
+
+    async def _drained(self, partitions: list[int], now: float) -> set[int]:
+        ends = await asyncio.get_running_loop().run_in_executor(None, self.end_offsets, partitions)
+        return self.input.drained(ends, self.read_to, now)
 
     def stats(self) -> dict:
         total = SummariserStats()
