@@ -15,7 +15,7 @@ def bench() -> None:
 
 @bench.command()
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Tuning seeds 1..N (and, with --holdout, held-out seeds 3001..3000+N).")
+              help="Tuning seeds 1..N (and, with --holdout, held-out seeds 4001..4000+N).")
 @click.option("--scale", "scales", type=click.Choice(["small", "medium"]), multiple=True,
               help="Scale(s) to run (default: both).")
 @click.option("--profile", "profiles", type=click.Choice(["default", "realistic"]), multiple=True,
@@ -164,3 +164,65 @@ def throughput(ranks: int, steps: int, window_s: float | None, seed: int, fault:
     print(table)
     if json_path:
         Path(json_path).write_bytes(to_json(result))
+
+
+@bench.command("cost")
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Seeds 1..N.")
+@click.option("--scale", type=click.Choice(["small", "medium"]), default="small", show_default=True)
+@click.option("--only", default=None, help="Run only scenarios whose name contains this text.")
+@click.option("--profile", type=click.Choice(["default", "realistic"]), default="default", show_default=True,
+              help="Simulator fleet profile (realistic: nuisances drawn per seed, the detector's default window).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def cost(seeds: int, scale: str, only: str | None, profile: str, fmt: str) -> None:
+    """The online cost estimate (S, S_X per job window) against the simulator's ground truth.
+
+    Every fault scenario of ``bench accuracy`` (of the chosen profile) is
+    simulated with its fault and again without it (same seed: the same jitter), which
+    gives the true slowdown S of each job window's steps; the estimate is the
+    detector's, from the digests. Prints the relative error of S, and whether
+    the injected culprit (rank, node, or the ring its NIC / NVLink paces) has
+    the largest S_X.
+
+    \b
+    Examples:
+      eroica bench cost --seeds 3
+      eroica bench cost --seeds 1 --only gpu --format json
+      eroica bench cost --seeds 1 --profile realistic
+    """
+    from eroica.bench.cost import result_json, run_all, summary
+
+    def progress(r) -> None:
+        if sys.stderr.isatty():
+            print(f"  seed {r.seed} {r.scenario}: S true {r.s_true:.3f} est {r.s_est:.3f}", file=sys.stderr)
+
+    results = run_all(seeds, scale, only, progress, profile)
+    totals = summary(results)
+    if fmt == "json":
+        sys.stdout.write(json.dumps({"summary": totals, "scenarios": [result_json(r) for r in results]},
+                                    indent=1) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    table = Table(title=f"Eroica cost estimate vs ground truth ({profile}, {scale}, seeds 1..{seeds})")
+    for col in ("seed", "scenario", "scope", "S true", "S est", "rel err", "culprit", "largest S_X", "culprit S_X"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        parts = "; ".join(f"{k}: true {a:.3f} est {b:.3f}" for k, (a, b) in r.parts.items())
+        table.add_row(str(r.seed), r.scenario, r.scope, f"{r.s_true:.3f}", f"{r.s_est:.3f}", f"{r.rel_error:.1%}",
+                      r.culprit or parts or "-",
+                      "-" if r.culprit_top is None else ("yes" if r.culprit_top else f"no ({r.top})"),
+                      "-" if r.culprit_cost is None else f"{r.culprit_cost:.3f}")
+    console.print(table)
+    for label, key in (("all scenarios", "all"),
+                       ("all but the causes nothing prices (nccl_tcp, congestion: no measured ideal bandwidth)",
+                        "priced"), ("stragglers (rank, node, link, two faults, healthy)", "stragglers"),
+                       ("job-wide and stage faults (priced from their findings' evidence where it measured "
+                        "an ideal)", "job_scope")):
+        t = totals[key]
+        if t["scenarios"]:
+            console.print(f"[bold]{label}[/bold]: {t['scenarios']} scenarios, relative error of S: median "
+                          f"{t['median_rel_error']:.1%}, worst {t['worst_rel_error']:.1%} ({t['worst']})")
+    console.print(f"[bold]culprit has the largest S_X[/bold]: {totals['culprit_top']}/{totals['single_culprit']} "
+                  f"single-culprit scenarios")

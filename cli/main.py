@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "sql": "sql_cmd:sql",
     "demo": "demo_cmd:demo",
     "bench": "bench_cmd:bench",
+    "fleet": "fleet_cmd:fleet",
     "trace": "trace_cmd:trace",
     "agent": "agent_cmd:agent",
 }

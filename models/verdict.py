@@ -49,6 +49,10 @@ class Verdict(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
     summary: str
     # Optional extension (allowed by the contract): links the windows of one problem.
     incident_id: str = ""
+    # Optional extension: what the problem costs (streams/detection/cost.py); null when unknown.
+    job_slowdown: float | None = None             # the window's S: mean step time / ideal step time
+    cost: float | None = None                     # the culprit's S_X: step time with only it slow / ideal
+    gpu_hours_lost_per_hour: float | None = None  # world size x (1 - 1/cost)
 
 
 def _digest(*parts: object) -> str:

@@ -91,6 +91,10 @@ class Notification(msgspec.Struct, kw_only=True):
     created_at_ns: int             # wall time this notification was made
     resolved_at_ns: int = 0
     resolution: str = ""           # "windows" (event time) or "stale" (wall clock) for resolved
+    # what the problem costs (optional verdict fields; None when the detector could not tell)
+    job_slowdown: float | None = None
+    cost: float | None = None
+    gpu_hours_lost_per_hour: float | None = None
     verdict_id: str = ""           # the latest verdict's id
     evidence: dict[str, Any] = {}
 
@@ -273,6 +277,8 @@ class IncidentTracker:
             created_at_ns=int(now_ns), resolved_at_ns=inc.resolved_at_ns if event == "resolved" else 0,
             resolution=inc.resolution if event == "resolved" else "", verdict_id=v.get("verdict_id", ""),
             evidence=v.get("evidence", {}) or {},
+            job_slowdown=v.get("job_slowdown"), cost=v.get("cost"),
+            gpu_hours_lost_per_hour=v.get("gpu_hours_lost_per_hour"),
         )
 
     # -- persistence ---------------------------------------------------------------------------

@@ -59,6 +59,28 @@ def headline(n: Notification) -> str:
     return text
 
 
+def cost_fields(n: Notification) -> dict[str, float]:
+    """The verdict's optional cost fields that the notification carries (``job_slowdown``: the window's S,
+    ``cost``: the culprit's S_X, ``gpu_hours_lost_per_hour``), absent ones left out."""
+    out = {}
+    for name in ("job_slowdown", "cost", "gpu_hours_lost_per_hour"):
+        v = getattr(n, name, None)
+        if v is not None and v == v:  # NaN is "none" too
+            out[name] = float(v)
+    return out
+
+
+def cost_text(n: Notification) -> str:
+    """``costs 22% of the job's throughput (6.9 GPU-hours per hour)``, or "" without a cost."""
+    c = cost_fields(n)
+    if c.get("cost", 0.0) <= 1.0:
+        return ""
+    text = f"costs {1.0 - 1.0 / c['cost']:.0%} of the job's throughput"
+    if "gpu_hours_lost_per_hour" in c:
+        text += f" ({c['gpu_hours_lost_per_hour']:.1f} GPU-hours per hour)"
+    return text
+
+
 def _resolution_text(n: Notification) -> str:
     if n.resolution == "stale":
         return "the job stopped sending telemetry"
@@ -66,7 +88,7 @@ def _resolution_text(n: Notification) -> str:
 
 
 def as_json(n: Notification) -> dict[str, Any]:
-    return {"schema": SCHEMA, **msgspec.to_builtins(n)}
+    return {"schema": SCHEMA, **msgspec.to_builtins(n), **cost_fields(n)}
 
 
 def as_slack(n: Notification) -> dict[str, Any]:
@@ -78,6 +100,8 @@ def as_slack(n: Notification) -> dict[str, Any]:
         f"*Job*\n{n.job}", f"*Component*\n{n.component} ({n.kind})", f"*Culprit*\n{culprit(n)}",
         f"*Confidence*\n{n.confidence:.2f}", f"*Slowdown*\n{n.slowdown:.2f}x", f"*Windows*\n{n.windows}",
     ]
+    if cost_text(n):
+        fields.append(f"*Cost*\n{cost_text(n)}")
     if n.fn:
         fields.append(f"*Function*\n`{n.fn[:120]}`")
     return {
@@ -115,6 +139,7 @@ def as_alertmanager(n: Notification, *, reminder_ns: int = 0) -> list[dict[str, 
     }
     if n.fn:
         annotations["function"] = n.fn
+    annotations.update({k: f"{v:.4f}" for k, v in cost_fields(n).items()})  # annotation values are strings
     if n.event == "resolved":
         annotations["resolution"] = _resolution_text(n)
     return [{

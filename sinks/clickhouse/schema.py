@@ -36,6 +36,7 @@ from .config import ClickHouseConfig, check_identifier
 __all__ = [
     "VERDICT_COLUMNS", "SUMMARY_COLUMNS", "VERDICT_NAMES", "SUMMARY_NAMES",
     "create_database_sql", "verdicts_table_sql", "summaries_table_sql", "ddl_statements",
+    "JOB_WINDOWS_VIEW", "HARDWARE_COMPONENTS", "job_windows_view_sql", "migrate_verdicts_sql", "view_statements",
 ]
 
 # (name, type) in the Verdict struct's field order, then incident_id.
@@ -60,6 +61,11 @@ VERDICT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("evidence", "String"),
     ("summary", "String"),
     ("incident_id", "String"),
+    # what the problem costs (optional verdict fields; NaN when the verdict carries none: 18.16 has no
+    # Nullable in the subset we use)
+    ("job_slowdown", "Float64"),
+    ("cost", "Float64"),
+    ("gpu_hours_lost_per_hour", "Float64"),
 )
 
 # Inserted columns of the summaries table (window_start is MATERIALIZED, never inserted).
@@ -117,6 +123,53 @@ def summaries_table_sql(database: str, table: str) -> str:
     )
 
 
+JOB_WINDOWS_VIEW = "job_windows"
+
+# Components that name a machine part: a node, GPU or NIC blamed in several jobs is a machine to drain.
+HARDWARE_COMPONENTS: tuple[str, ...] = ("gpu", "gpu_memory", "pcie", "nvlink", "nic", "host_cpu")
+
+
+def job_windows_view_sql(database: str, verdicts_table: str, view: str = JOB_WINDOWS_VIEW) -> str:
+    """One row per (job, window) that has a slow verdict: the window's slowdown S (``window_slowdown``),
+    the GPU-hours per hour the job loses to it (``job_gpu_hours_lost_per_hour`` = world x (1 - 1/S)),
+    and its costliest culprit (``top_cost``, ``top_component``, ``top_node``, ``top_rank``,
+    ``culprit_gpu_hours_lost_per_hour``); Grafana: x = ``window_start``. Aliases differ from the
+    table's column names (ClickHouse resolves an alias before a column of the same name).
+
+    A plain view over ``verdicts FINAL`` (no second copy to keep in step with the sink): every verdict
+    of a window carries the same ``job_slowdown``; the world size is recovered from the costliest
+    culprit, ``gpu_hours_lost_per_hour / (1 - 1/cost)`` (0 when no culprit has a cost above 1).
+    Windows without a verdict are not in it (the detector emits verdicts, not window records).
+    """
+    db = check_identifier(database, "database name")
+    t, v = check_identifier(verdicts_table, "table name"), check_identifier(view, "view name")
+    return (
+        f"CREATE VIEW IF NOT EXISTS `{db}`.`{v}` AS\n"
+        "SELECT job, window_start_ns, window_end_ns,\n"
+        f"    {_WINDOW_START} AS window_start,\n"
+        "    max(job_slowdown) AS window_slowdown,\n"
+        "    maxIf(cost, cost > 1) AS top_cost,\n"
+        "    argMaxIf(component, cost, cost > 1) AS top_component,\n"
+        "    argMaxIf(node, cost, cost > 1) AS top_node,\n"
+        "    argMaxIf(rank, cost, cost > 1) AS top_rank,\n"
+        "    maxIf(gpu_hours_lost_per_hour, cost > 1) AS culprit_gpu_hours_lost_per_hour,\n"
+        "    maxIf(round(gpu_hours_lost_per_hour / (1 - 1 / cost)), cost > 1) AS world_size,\n"
+        "    world_size * (1 - 1 / window_slowdown) AS job_gpu_hours_lost_per_hour,\n"
+        "    count() AS verdicts\n"
+        f"FROM `{db}`.`{t}` FINAL\n"
+        "WHERE kind = 'slow' AND NOT isNaN(job_slowdown)\n"
+        "GROUP BY job, window_start_ns, window_end_ns"
+    )
+
+
+def migrate_verdicts_sql(database: str, verdicts_table: str) -> list[str]:
+    """For a verdicts table created before the cost columns (run once by hand; 18.16 has no
+    ``ADD COLUMN IF NOT EXISTS``, so these are not run at every start)."""
+    db, t = check_identifier(database, "database name"), check_identifier(verdicts_table, "table name")
+    return [f"ALTER TABLE `{db}`.`{t}` ADD COLUMN `{n}` Float64 DEFAULT nan"
+            for n in ("job_slowdown", "cost", "gpu_hours_lost_per_hour")]
+
+
 def ddl_statements(config: ClickHouseConfig) -> list[str]:
     """The statements ensure_schema runs, in order (each is idempotent)."""
     return [
@@ -124,3 +177,13 @@ def ddl_statements(config: ClickHouseConfig) -> list[str]:
         verdicts_table_sql(config.database, config.verdicts_table),
         summaries_table_sql(config.database, config.summaries_table),
     ]
+
+
+def view_statements(config: ClickHouseConfig) -> list[str]:
+    """Views over the tables, to run once their columns are checked (idempotent).
+
+    Not part of :func:`ddl_statements`: ClickHouse 18.16 resolves a view's columns when it is
+    created, so over a table of an older version (without the cost columns) the ``CREATE VIEW``
+    would fail before the sink's column check could say "lacks columns ...: migrate".
+    """
+    return [job_windows_view_sql(config.database, config.verdicts_table)]

@@ -73,7 +73,15 @@ def verdict_row(v: Verdict) -> tuple:
         msgspec.json.encode(v.evidence, order="sorted").decode(),
         _str(v.summary, f"{where}: summary"),
         _str(v.incident_id, f"{where}: incident_id"),
+        _opt_float(v.job_slowdown),
+        _opt_float(v.cost),
+        _opt_float(v.gpu_hours_lost_per_hour),
     )
+
+
+def _opt_float(value: float | None) -> float:
+    """An optional verdict number as a Float64 cell: NaN stands for null (no Nullable on 18.16)."""
+    return math.nan if value is None else float(value)
 
 
 def verdict_rows(verdicts: Iterable[Verdict]) -> list[tuple]:
@@ -92,6 +100,9 @@ def _verdict_from_mapping(rec: dict[str, Any]) -> Verdict:
     rec["evidence"] = _evidence_decoder.decode(ev) if isinstance(ev, (str, bytes)) else ev
     rec["peers"] = [int(p) for p in rec.get("peers", ())]
     rec["victims"] = [int(p) for p in rec.get("victims", ())]
+    for name in ("job_slowdown", "cost", "gpu_hours_lost_per_hour"):  # NaN (or a JSON null) is "none"
+        x = rec.get(name)
+        rec[name] = None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
     # convert() checks kind/component/scope against the contract's vocabulary.
     return msgspec.convert(rec, Verdict)
 
@@ -113,7 +124,7 @@ def dedupe_verdicts(verdicts: Iterable[Verdict]) -> list[Verdict]:
 def verdicts_from_rows(names: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[Verdict]:
     """Rows (with their column names) back to Verdicts, deduplicated by verdict_id."""
     wanted = [n for n in VERDICT_NAMES if n in names]
-    missing = set(VERDICT_NAMES) - set(wanted) - {"incident_id"}
+    missing = set(VERDICT_NAMES) - set(wanted) - {"incident_id", "job_slowdown", "cost", "gpu_hours_lost_per_hour"}
     if missing:
         raise ValueError(f"verdict rows lack columns {sorted(missing)}")
     idx = {n: names.index(n) for n in wanted}

@@ -26,7 +26,7 @@ from eroica.models.verdict import Verdict
 from .client import ClickHouseError, Client, QueryResult, open_client
 from .config import ClickHouseConfig
 from .readonly import ReadOnlySQLError, SQLPolicy, check_ast, check_readonly_sql
-from .schema import SUMMARY_COLUMNS, SUMMARY_NAMES, VERDICT_COLUMNS, VERDICT_NAMES, ddl_statements
+from .schema import SUMMARY_COLUMNS, SUMMARY_NAMES, VERDICT_COLUMNS, VERDICT_NAMES, ddl_statements, view_statements
 from .shaping import WindowSummary, batched, summaries_from_rows, summary_rows, verdict_rows, verdicts_from_rows
 
 __all__ = ["VerdictSink", "SchemaMismatchError", "MAX_FILTER_VALUE", "check_filter_int"]
@@ -99,6 +99,8 @@ class VerdictSink:
                     f"table {self.config.database}.{table} on {c.target} lacks columns {missing}; "
                     "it was created by another version: migrate or choose another table name"
                 )
+        for stmt in view_statements(self.config):
+            self.client.execute(stmt)
 
     # -- writes -------------------------------------------------------------
     def write_verdicts(self, verdicts: Sequence[Verdict]) -> int:

@@ -25,6 +25,7 @@ from eroica.models.verdict import Verdict, finding_key, incident_id, verdict_id
 
 from . import attribution as attr
 from .collectives import CollectiveStats, collective_stats
+from .cost import finding_costs, lost_share, window_cost
 from .counters import CounterSummary, from_digest
 from .findings import Finding, confidence_of
 from .hang import hang_findings
@@ -120,7 +121,10 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
     # quantiles, which slower warm-up steps can only raise (never a false regression)
     new_history = with_window(history, p if enough else None, d.start_ns, streak, regressed)
     new_history = msgspec.structs.replace(new_history, first_step=first_step)
-    return [to_verdict(f, d.job, d.start_ns, d.end_ns, detected_at_ns) for f in findings], new_history
+    prices = finding_costs(window_cost(d, p.ranks, layout.peer_groups(p.ranks)) if enough else None, findings,
+                           meta.world_size if meta is not None and meta.world_size else 0)
+    verdicts = [to_verdict(f, d.job, d.start_ns, d.end_ns, detected_at_ns, c) for f, c in zip(findings, prices)]
+    return verdicts, new_history
 
 
 EXPLAINS_SHARE = 0.5  # a culprit that half the job waits for sets the pace of the whole job
@@ -384,10 +388,14 @@ def _plain(evidence: dict) -> dict:
     return msgspec.to_builtins(evidence, enc_hook=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
 
 
-def to_verdict(f: Finding, job: str, start_ns: int, end_ns: int, detected_at_ns: int) -> Verdict:
+def to_verdict(f: Finding, job: str, start_ns: int, end_ns: int, detected_at_ns: int,
+               price: dict | None = None) -> Verdict:
     key = finding_key(job, f.kind, f.component, f.scope, f.node, f.rank, f.gpu, f.fn)
     where = (f"rank {f.rank} on {f.node or '?'}" if f.scope == "rank"
              else f"node {f.node}" if f.scope == "node" else f"job {job}")
+    price = price or {}
+    said = f.summary + (f"; costs the job {lost_share(price['cost']):.0%} of its throughput"
+                        if price.get("cost") is not None else "")
     return Verdict(
         verdict_id=verdict_id(start_ns, end_ns, key), job=job,
         window_start_ns=start_ns, window_end_ns=end_ns, detected_at_ns=int(detected_at_ns),
@@ -396,5 +404,5 @@ def to_verdict(f: Finding, job: str, start_ns: int, end_ns: int, detected_at_ns:
         gpu=f.gpu if f.scope == "rank" else -1, fn=f.fn,
         slowdown=float(max(1.0, f.slowdown)), score=float(f.score), confidence=float(f.confidence),
         peers=sorted(int(r) for r in f.peers), victims=sorted(int(r) for r in f.victims),
-        evidence=_plain(f.evidence), summary=f"{where}: {f.summary}", incident_id=incident_id(key),
+        evidence=_plain(f.evidence), summary=f"{where}: {said}", incident_id=incident_id(key), **price,
     )
