@@ -265,6 +265,17 @@ def replay_with(stack: ChaosStack, job: Job, faults: Sequence[tuple[float, Calla
     assert rep.returncode == 0, f"replay failed ({rep.returncode}): {out[-2000:]}"
 
 
+def kill_each_service_case(stack: ChaosStack, job: Job, broker: str) -> None:
+    """The summariser, the detector and the sink SIGKILLed one after the other during one replay."""
+    killed: dict[str, int] = {}
+    t0 = time.monotonic()
+    replay_with(stack, job, [(1.0 + i, lambda s=s: killed.__setitem__(s, stack.sigkill(s)))
+                             for i, s in enumerate(("summariser", "detector", "sink"))])
+    for service, pid in killed.items():
+        stack.wait_restarted(service, pid)
+    check_job(stack, job, "SIGKILL summariser+detector+sink", broker, t0, timeout_s=150)
+
+
 # -- poison ---------------------------------------------------------------------------------------
 DEEP_JSON = b"[" * 5000 + b"]" * 5000
 DEEP_MSGPACK = b"\x91" * 5000 + b"\xc0"

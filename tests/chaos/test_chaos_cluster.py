@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from chaos.harness import ChaosStack, require_chdb, check_job, make_jobs, replay_with
+from chaos.harness import ChaosStack, check_job, kill_each_service_case, make_jobs, replay_with, require_chdb
 
 BROKER = "kafka-3"
 
@@ -35,14 +35,7 @@ def stack(_kafka_cluster_module, tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_each_worker_and_the_sink_sigkilled_mid_stream(stack: ChaosStack) -> None:
-    job = stack.jobs["kill-all-cluster"]  # type: ignore[attr-defined]
-    killed: dict[str, int] = {}
-    t0 = time.monotonic()
-    replay_with(stack, job, [(1.0 + i, lambda s=s: killed.__setitem__(s, stack.sigkill(s)))
-                             for i, s in enumerate(("summariser", "detector", "sink"))])
-    for service, pid in killed.items():
-        stack.wait_restarted(service, pid)
-    check_job(stack, job, "SIGKILL summariser+detector+sink", BROKER, t0, timeout_s=150)
+    kill_each_service_case(stack, stack.jobs["kill-all-cluster"], BROKER)  # type: ignore[attr-defined]
 
 
 def test_partition_leader_killed_mid_stream(stack: ChaosStack) -> None:

@@ -8,11 +8,10 @@ to keep the suite short; each is killed alone on Apache Kafka in ``test_chaos_ka
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
-from chaos.harness import ChaosStack, require_chdb, check_job, make_jobs, replay_with
+from chaos.harness import ChaosStack, kill_each_service_case, make_jobs, require_chdb
 from chaos.poison import poison_case
 
 BROKER = "tansu"
@@ -32,14 +31,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_each_worker_and_the_sink_sigkilled_mid_stream(stack: ChaosStack) -> None:
-    job = stack.jobs["tansu-kill-all"]  # type: ignore[attr-defined]
-    killed: dict[str, int] = {}
-    t0 = time.monotonic()
-    replay_with(stack, job, [(1.0 + i, lambda s=s: killed.__setitem__(s, stack.sigkill(s)))
-                             for i, s in enumerate(("summariser", "detector", "sink"))])
-    for service, pid in killed.items():
-        stack.wait_restarted(service, pid)
-    check_job(stack, job, "SIGKILL summariser+detector+sink", BROKER, t0, timeout_s=150)
+    kill_each_service_case(stack, stack.jobs["tansu-kill-all"], BROKER)  # type: ignore[attr-defined]
 
 
 def test_poison_on_every_topic(stack: ChaosStack) -> None:
