@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: setup kafka demo test bench clean
+.PHONY: setup kafka demo test lint bench clean
 
 setup: $(VENV)/.installed kafka
 
@@ -27,8 +27,11 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/eroica demo
 
-test: setup
+test: setup lint
 	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
 
 bench: setup
 	$(VENV)/bin/eroica bench throughput

@@ -12,9 +12,9 @@ sys.path.insert(0, str(Path(__file__).parent / "tests"))
 
 pytest_plugins = ["kafka_fixtures", "clickhouse_fixtures"]
 
-import os
+import os  # noqa: E402  (after the sys.path insert above: the fixtures live in tests/)
 
-import pytest
+import pytest  # noqa: E402
 
 
 def _shared_dir() -> Path:

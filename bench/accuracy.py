@@ -109,7 +109,8 @@ def scenarios(nodes: int, gpus: int, seed: int) -> list[Scenario]:
         Scenario("pp_imbalance", [f"pp_imbalance:stage={rng.randrange(2)}"], pp=2),
         Scenario("nccl_tcp", ["nccl_tcp"]),
         Scenario("few_workers", ["few_workers"]),
-        Scenario("kernel_regression", [f"kernel_regression:fn={rng.choice(['flash_fwd_kernel', 'layer_norm_kernel', 'vectorized_elementwise_kernel'])}"]),
+        Scenario("kernel_regression", ["kernel_regression:fn=" + rng.choice(
+            ["flash_fwd_kernel", "layer_norm_kernel", "vectorized_elementwise_kernel"])]),
         Scenario("congestion", ["congestion:nodes=" + ";".join(str(n) for n in cong)]),
         Scenario("hang", [f"hang:rank={rank()}"]),
         Scenario("two_faults", [f"gpu_throttle:rank={r_other}", f"nic:node={n1},nic={rng.randrange(gpus)}"]),

@@ -29,7 +29,8 @@ def test_atheris_finds_nothing_in_a_bounded_run(tmp_path) -> None:
         pytest.importorskip("atheris")
     runs = int(os.environ.get("EROICA_FUZZ_RUNS", "5000"))
     proc = subprocess.run([sys.executable, "-m", "eroica.models.fuzz_decoders", f"-runs={runs}", "-max_len=4096",
-                           "-len_control=0", "-seed=1", f"-rss_limit_mb={RSS_LIMIT_MB}", "-timeout=20", f"-artifact_prefix={tmp_path}/"],
+                           "-len_control=0", "-seed=1", f"-rss_limit_mb={RSS_LIMIT_MB}", "-timeout=20",
+                           f"-artifact_prefix={tmp_path}/"],
                           capture_output=True, text=True, timeout=120)
     tail = (proc.stdout + proc.stderr)[-4000:]
     assert proc.returncode == 0, tail

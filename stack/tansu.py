@@ -49,7 +49,6 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Mapping
 
 DEFAULT_START_TIMEOUT_S = 20.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

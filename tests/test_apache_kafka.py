@@ -202,7 +202,8 @@ def test_partition_leader_killed_mid_replay_loses_and_doubles_nothing(kafka_clus
         delay = time.monotonic() - input_end
         time.sleep(3)  # anything extra or doubled would arrive about now
         got = stored()
-        print(f"\nleader kill on 3 nodes (started in {kafka_cluster.start_seconds:.1f} s): stack up in {t_ready - t_up:.1f} s; node {victim + 1} (leader of {raw}[0]) "
+        print(f"\nleader kill on 3 nodes (started in {kafka_cluster.start_seconds:.1f} s): "
+              f"stack up in {t_ready - t_up:.1f} s; node {victim + 1} (leader of {raw}[0]) "
               f"killed {t_kill - t_ready:.1f} s after, node {new_leader + 1} leads {failover:.1f} s later; "
               f"{len(expected)} verdicts stored {delay:.1f} s after the input ended")
         assert sorted(got) == sorted(expected)  # none lost, none extra, none twice

@@ -7,7 +7,6 @@ import gzip
 import io
 import json
 import math
-import os
 import subprocess
 import sys
 import tracemalloc

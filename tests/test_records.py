@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eroica.models import records as R
-from eroica.models.reader import Invalid, parse_lines, reason_of, validate_line
+from eroica.models.reader import parse_lines, reason_of, validate_line
 
 # --------------------------------------------------------------------------
 # The contract, as tables.
 
-S, I, F, B, KIND, OP, LS, LI, POS = "str", "int", "float", "bool", "kind", "op", "list[str]", "list[int]", "int>=1"
+S, I, F, B, KIND, OP, LS, LI, POS = "str", "int", "float", "bool", "kind", "op", "list[str]", "list[int]", "int>=1"  # noqa: E741
 
 REQUIRED: dict[str, dict[str, str]] = {
     "fn": {"job": S, "node": S, "rank": I, "step": I, "fn": S, "kind": KIND, "ts_ns": I, "dur_ns": I},

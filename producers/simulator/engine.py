@@ -607,7 +607,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ step
     def _step(self, k: int) -> None:
-        cfg, L, pr, W = self.cfg, self.L, self.prog, self.W
+        cfg, pr, W = self.cfg, self.prog, self.W
         E = self.E = self._effects(k)
         self.E_by_step[k] = E
         self.k = k

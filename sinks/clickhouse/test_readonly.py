@@ -23,7 +23,8 @@ from eroica.sinks.clickhouse.readonly import ReadOnlySQLError, check_readonly_sq
      "SELECT countIf(rank > 1), quantile(0.5)(score) FROM eroica.verdicts"),
     ("SHOW TABLES FROM eroica LIKE 'v%'", "SHOW TABLES FROM eroica LIKE 'v%'"),
     ("SHOW CREATE TABLE eroica.summaries", "SHOW CREATE TABLE eroica.summaries"),
-    ("WITH w AS (SELECT job FROM eroica.verdicts) SELECT * FROM w", "WITH w AS (SELECT job FROM eroica.verdicts) SELECT * FROM w"),
+    ("WITH w AS (SELECT job FROM eroica.verdicts) SELECT * FROM w",
+     "WITH w AS (SELECT job FROM eroica.verdicts) SELECT * FROM w"),
     ("SELECT formatDateTime(now(), '%Y')", "SELECT formatDateTime(now(), '%Y')"),
     ("WITH 2 AS x SELECT x", "WITH 2 AS x SELECT x"),
 ])
