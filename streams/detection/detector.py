@@ -99,8 +99,8 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
     p = build_patterns(d) if d.ranks.rank else None
     step_ns = float(np.nanmedian(p.step_time_ns)) if p is not None and p.ranks.size else float("nan")
     findings += hang_findings(d, step_ns, layout.rank_node)
-    enough = p is not None and np.median(p.steps) >= MIN_STEPS and step_ns > 0
-    if enough:
+    enough = p is not None and bool(np.median(p.steps) >= MIN_STEPS) and step_ns > 0
+    if p is not None and enough:
         counters = _canonical(from_digest(d))
         coll = collective_stats(d, p.ranks, layout.rank_node)
         anomalies = nic_anomalies(counters)
@@ -121,7 +121,8 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
     # quantiles, which slower warm-up steps can only raise (never a false regression)
     new_history = with_window(history, p if enough else None, d.start_ns, streak, regressed)
     new_history = msgspec.structs.replace(new_history, first_step=first_step)
-    prices = finding_costs(window_cost(d, p.ranks, layout.peer_groups(p.ranks)) if enough else None, findings,
+    prices = finding_costs(window_cost(d, p.ranks, layout.peer_groups(p.ranks)) if p is not None and enough else None,
+                           findings,
                            meta.world_size if meta is not None and meta.world_size else 0)
     verdicts = [to_verdict(f, d.job, d.start_ns, d.end_ns, detected_at_ns, c) for f, c in zip(findings, prices)]
     return verdicts, new_history
@@ -241,7 +242,7 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
     typical_wait = float(np.median(waits)) if waits.size else 0.0
     per_rank: list[Finding] = []
     for slot, cells in by_slot.items():
-        excess = defaultdict(float)
+        excess: dict[str, float] = defaultdict(float)
         for c in cells:
             excess[category_of(int(p.fn_kinds[c.fn]))] += c.excess
         total = sum(excess.values())
@@ -251,7 +252,7 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         # as long as everyone else delayed nobody (its extra work overlapped).
         if typical_wait > VICTIM_MARGIN * step_ns and waits[slot] >= typical_wait:
             continue
-        cat = max(excess, key=excess.get)
+        cat = max(excess, key=lambda k: excess[k])
         mine = [c for c in cells if category_of(int(p.fn_kinds[c.fn])) == cat]
         rank = int(p.ranks[slot])
         node = layout.rank_node.get(rank, "")

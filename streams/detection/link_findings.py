@@ -17,7 +17,7 @@ from .counters import CounterSummary
 from .expected import MIN_COLL_BYTES, nvlink_Bps
 from .findings import Finding, confidence_of
 from .layout import Layout
-from .links import MIN_MATERIAL, SlowGroup, family_ratios, group_through, slow_groups
+from .links import MIN_MATERIAL, NicAnomaly, SlowGroup, family_ratios, group_through, slow_groups
 from .patterns import Patterns
 from .robust import leave_one_out_median, robust_z
 
@@ -51,9 +51,9 @@ def link_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         best = max(inter, key=lambda s: s.ratio)
         pcie = _pcie_members(inter, counters)
         if hw:
-            by_node: dict[str, object] = {}
+            by_node: dict[str, NicAnomaly] = {}
             for a in hw:
-                if a.node not in by_node or a.strength > by_node[a.node].strength:  # type: ignore[attr-defined]
+                if a.node not in by_node or a.strength > by_node[a.node].strength:
                     by_node[a.node] = a
             for node, a in by_node.items():
                 out.append(_nic_finding(node, a, _slowest_through(inter, node, layout) or best, layout, p, coll))
@@ -77,9 +77,9 @@ def _slowest_through(slow: list[SlowGroup], node: str, layout: Layout) -> SlowGr
     return max(through, key=lambda s: (s.ratio, s.group.name)) if through else None
 
 
-def _pcie_members(slow, counters: CounterSummary) -> dict[int, object]:
+def _pcie_members(slow: list[SlowGroup], counters: CounterSummary) -> dict[int, SlowGroup]:
     """Members of slow inter-node rings whose GPU's PCIe link trained down (GPUDirect RDMA crosses it)."""
-    out: dict[int, object] = {}
+    out: dict[int, SlowGroup] = {}
     for s in slow:
         for r in s.group.ranks:
             g = counters.gpu.get(int(r), {})
@@ -90,7 +90,7 @@ def _pcie_members(slow, counters: CounterSummary) -> dict[int, object]:
     return out
 
 
-def _pcie_link_finding(rank: int, s, layout: Layout, counters: CounterSummary, p: Patterns) -> Finding:
+def _pcie_link_finding(rank: int, s: SlowGroup, layout: Layout, counters: CounterSummary, p: Patterns) -> Finding:
     node = layout.rank_node.get(rank, "")
     evidence = {"transfer_ns_per_step": {"culprit": round(s.group.transfer_per_step), "ratio": round(s.ratio, 3)}}
     evidence.update({k: v for k, v in attr.gpu_evidence(counters, rank, []).items() if "pcie" in k})
@@ -208,9 +208,11 @@ def nvlink_counter_findings(layout: Layout, counters: CounterSummary, coll: Coll
     return out
 
 
-def _nic_finding(node: str, anomaly, s: SlowGroup, layout: Layout, p: Patterns, coll: CollectiveStats) -> Finding:
+def _nic_finding(node: str, anomaly: NicAnomaly | None, s: SlowGroup, layout: Layout, p: Patterns,
+                 coll: CollectiveStats) -> Finding:
     ranks = layout.node_ranks(node, p.ranks)
-    evidence = {"transfer_ns_per_step": {"culprit": round(s.group.transfer_per_step), "ratio": round(s.ratio, 3)}}
+    evidence: dict[str, dict] = {
+        "transfer_ns_per_step": {"culprit": round(s.group.transfer_per_step), "ratio": round(s.ratio, 3)}}
     what = f"NIC on {node}"
     if anomaly is not None:
         evidence.update({**anomaly.evidence, "nic": {"culprit": anomaly.nic, "anomaly": anomaly.kind, "class": "rail"}})

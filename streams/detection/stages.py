@@ -59,7 +59,7 @@ def stage_findings(p: Patterns, layout: Layout, counters: CounterSummary, step_n
             out.append(Finding(
                 kind="slow", component="workload", scope=scope, node=node, rank=rank, fn=f"stage {s} compute",
                 slowdown=round(ratio, 4), score=round(float(z), 3),
-                confidence=confidence_of(ratio, z, excess / step_ns), peers=peers, culprits=ranks,
+                confidence=confidence_of(ratio, float(z), excess / step_ns), peers=peers, culprits=ranks,
                 evidence=evidence,
                 summary=(f"pipeline stage {s} computes {ratio:.2f}x longer per step than the other "
                          f"{len(stages) - 1} stages with normal clocks: uneven stage partitioning"),

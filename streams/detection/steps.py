@@ -28,12 +28,12 @@ step number, never by time, so they stay whole.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 import msgspec
 import numpy as np
 
-from eroica.models.digest import INTERIOR, CollRows, FnRows, RankRows, WindowDigest, concat_rows
+from eroica.models.digest import INTERIOR, CollRows, FnRows, InFlightRows, RankRows, WindowDigest, concat_rows
 
 from .grouping import dense_ids, group_max, group_min, group_sum
 
@@ -145,7 +145,10 @@ def complete_steps(d: WindowDigest, cut: int) -> dict[int, int]:
     return out
 
 
-def _take(rows: msgspec.Struct, idx: np.ndarray) -> msgspec.Struct:
+Rows = TypeVar("Rows", FnRows, RankRows, CollRows, InFlightRows)
+
+
+def _take(rows: Rows, idx: np.ndarray) -> Rows:
     cls = type(rows)
     return cls(**{f: [getattr(rows, f)[i] for i in idx.tolist()] for f in cls.__struct_fields__})
 
