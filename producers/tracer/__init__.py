@@ -51,7 +51,8 @@ def instrument(model: Any = None, optimizer: Any = None, dataloader: Any = None,
     if model is None and optimizer is None and dataloader is None:
         th.install(tracer)
         return tracer
-    for name, fn in (("torch.distributed", th.patch_distributed), ("DistributedDataParallel", th.patch_ddp)):
+    for name, fn in (("torch.distributed", th.patch_distributed), ("point-to-point", th.patch_p2p), ("FSDP", th.patch_fsdp),
+                     ("DistributedDataParallel", th.patch_ddp)):
         if name not in th._installed:
             try:
                 fn(tracer)

@@ -10,7 +10,11 @@ rank without any change here). Run it under torchrun::
 ``--slow-rank R --slow-factor F`` makes rank R's forward do F times more
 compute (extra matrix products beside the model's own, whose results are
 discarded), the way one rank with a slower chip or a busier CPU would;
-``--slow-data-ms M`` makes its input pipeline take M ms more per batch.
+``--slow-data-ms M`` makes its input pipeline take M ms more per batch;
+``--slow-backward F`` gives its *backward* F times the model's products
+more, between the first layer and the rest: with ``--bucket-mb`` small,
+the all-reduces of the later layers' buckets run while it computes (DDP's
+overlap), the case where a slow rank's compute hides behind communication.
 ``--stats FILE`` (rank 0) writes the per-step wall times as JSON.
 """
 
@@ -29,8 +33,24 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
 
+class _BurnInBackward(torch.autograd.Function):
+    """Identity forward; a backward that also does ``n`` width x width products (results discarded)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, burn: torch.Tensor, n: int) -> torch.Tensor:
+        ctx.burn, ctx.n = burn, n
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        h = torch.randn(grad.shape[0], ctx.burn.shape[0])
+        for _ in range(ctx.n):
+            h = torch.relu(h @ ctx.burn)
+        return grad, None, None
+
+
 class Net(nn.Module):
-    def __init__(self, width: int, depth: int, extra: float = 0.0) -> None:
+    def __init__(self, width: int, depth: int, extra: float = 0.0, extra_backward: float = 0.0) -> None:
         super().__init__()
         layers: list[nn.Module] = [nn.Linear(64, width), nn.ReLU()]
         for _ in range(depth):
@@ -38,10 +58,16 @@ class Net(nn.Module):
         layers.append(nn.Linear(width, 10))
         self.body = nn.Sequential(*layers)
         self.extra = extra
+        self.extra_backward = int(round(extra_backward * (len(self.body) // 2)))
         self.burn = torch.randn(width, width)  # a plain tensor: not a parameter, not a buffer DDP syncs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.body(x)
+        if self.extra_backward:
+            h = self.body[0](x)
+            h = _BurnInBackward.apply(h, self.burn, self.extra_backward)
+            out = self.body[1:](h)
+        else:
+            out = self.body(x)
         if self.extra > 0:
             # The slow rank's extra work: `extra` times as many width x width products as the model has.
             with torch.no_grad():
@@ -62,6 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-factor", type=float, default=0.0, help="extra forward compute on the slow rank")
     ap.add_argument("--slow-data-ms", type=float, default=0.0, help="extra time per batch in the slow rank's loader")
+    ap.add_argument("--slow-backward", type=float, default=0.0, help="extra backward compute on the slow rank")
+    ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's gradient bucket size (MB)")
     ap.add_argument("--stats", default=None, help="rank 0 writes step times here (JSON)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--python-comm-hook", action="store_true",
@@ -85,7 +113,9 @@ def main(argv: list[str] | None = None) -> None:
         return torch.utils.data.default_collate(items)
 
     loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True, collate_fn=collate)
-    model = DDP(Net(args.width, args.depth, args.slow_factor if rank == args.slow_rank else 0.0))
+    slow = rank == args.slow_rank
+    model = DDP(Net(args.width, args.depth, args.slow_factor if slow else 0.0, args.slow_backward if slow else 0.0),
+                bucket_cap_mb=args.bucket_mb)
     if args.python_comm_hook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 

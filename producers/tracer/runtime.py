@@ -196,13 +196,20 @@ class Tracer:
         self._open[tok] = (fn, kind, time_ns(), self.step if step is None else step, extra)
         return tok
 
-    def end(self, tok: int | None) -> None:
-        """Close a span and queue its record (a token already closed is ignored)."""
+    def end(self, tok: int | None, extra: Extra | None = None, start_ns: int | None = None) -> None:
+        """Close a span and queue its record (a token already closed is ignored).
+
+        ``extra`` replaces the span's own when what it carries is only known at
+        the end (the sender of a receive from any source); ``start_ns``, when
+        later than the span's start, moves it (only the exposed part of an
+        overlapped all-reduce is kept).
+        """
         s = self._open.pop(tok, None)
         if s is None:
             return
         now = time_ns()
-        self.emit(s[0], s[1], s[2], max(0, now - s[2]), s[3], s[4])
+        ts = s[2] if start_ns is None else min(max(s[2], start_ns), now)
+        self.emit(s[0], s[1], ts, max(0, now - ts), s[3], s[4] if extra is None else extra)
 
     def discard(self, tok: int | None) -> None:
         self._open.pop(tok, None)

@@ -124,10 +124,11 @@ def test_collectives_and_ddp_gradient_all_reduces(tmp_path: Path) -> None:
     assert by_fn["torch.distributed.barrier"] == 1
     ar = [r for r in coll if r["fn"] == "torch.distributed.all_reduce"]
     assert all(r["op"] == "all_reduce" and r["bytes"] == 4000 for r in ar)
-    assert ar[0]["group"] == "pg0" and ar[2]["group"] != ar[0]["group"]  # the subgroup has its own name
+    # named after the sorted global ranks: the one-rank world and its one-rank subgroup alike
+    assert ar[0]["group"] == "ranks:0" and ar[2]["group"] == "ranks:0"
     ddp = [r for r in coll if r["fn"] == "DDP.all_reduce"]
     n_params = 8 * 16 + 16 + 16 * 4 + 4 + 16 + 16  # with BatchNorm's weight and bias
-    assert len(ddp) >= 6 and all(r["op"] == "all_reduce" and r["group"] == "pg0" for r in ddp)
+    assert len(ddp) >= 6 and all(r["op"] == "all_reduce" and r["group"] == "ranks:0" for r in ddp)
     assert sum(r["bytes"] for r in ddp if r["step"] == 1) == n_params * 4
     bufs = [r for r in coll if r["fn"] == "DDP.broadcast_buffers"]
     assert len(bufs) == 5 and all(r["op"] == "broadcast" and r["bytes"] > 0 for r in bufs)
@@ -270,4 +271,50 @@ def test_ddp_built_before_or_around_instrumentation(tmp_path: Path, setup: str) 
     counts = Counter(r["fn"] for r in recs)
     assert counts["Net.forward"] == 5 and counts["Net.backward"] == 5
     assert counts["DDP.all_reduce"] >= 5
-    assert all(r["group"] == "pg0" for r in recs if r["fn"] == "DDP.all_reduce")
+    assert all(r["group"] == "ranks:0" for r in recs if r["fn"] == "DDP.all_reduce")
+
+
+P2P_PAIR = """
+import sys, torch, torch.distributed as dist
+from eroica.producers import tracer as T
+T.instrument()
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="file://{store}", rank=rank, world_size=2)
+t = torch.full((256,), float(rank))
+if rank == 0:
+    dist.send(t, dst=1)                       # blocking
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, 1)])
+    assert len(works) == 1 and works[0].wait()
+    dist.isend(t, dst=1).wait()
+    keep = t.clone()
+    w = dist.isend(keep, dst=1)               # never waited for: its end is never seen, no record
+else:
+    assert dist.recv(t) == 0                  # from any source: the peer is learnt at the end
+    dist.irecv(t, src=0).wait()
+    dist.irecv(t).wait()                      # any source, async
+    dist.recv(t, src=0)
+dist.barrier()                                # rank 1 has the last message: the send is over
+if rank == 0:
+    del w                                     # dropped without a wait
+dist.destroy_process_group()
+"""
+
+
+def test_point_to_point_records_peer_bytes_and_only_waited_transfers(tmp_path: Path) -> None:
+    script = tmp_path / "pair.py"
+    script.write_text(P2P_PAIR.format(store=tmp_path / "store"))
+    out = tmp_path / "trace"
+    env = {**os.environ, "EROICA_TRACE_DIR": str(out), "EROICA_JOB": "t"}
+    procs = [subprocess.Popen([sys.executable, str(script), str(r)], stderr=subprocess.PIPE, text=True,
+                              env={**env, "RANK": str(r), "WORLD_SIZE": "2"}) for r in (0, 1)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    recs = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
+    p2p = sorted((r for r in recs if r.get("op") in ("send", "recv")), key=lambda r: (r["rank"], r["ts_ns"]))
+    assert all(r["group"] == "p2p:0,1" and r["bytes"] == 1024 and r["kind"] == "collective" for r in p2p), p2p
+    assert [(r["rank"], r["fn"].rsplit(".", 1)[1]) for r in p2p] == [
+        (0, "send"), (0, "isend"), (0, "isend"),          # the dropped isend made no record
+        (1, "recv"), (1, "irecv"), (1, "irecv"), (1, "recv"),
+    ]
+    assert all(r["op"] == ("send" if r["rank"] == 0 else "recv") for r in p2p)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections import Counter
 import subprocess
 import sys
 from pathlib import Path
@@ -80,10 +81,13 @@ def test_trace_then_analyze_names_the_slowed_rank(tmp_path: Path, fault: str, jo
     why = f"slowed rank {slow} ({fault}); verdicts: " + json.dumps(
         [(v["window_start_ns"] // 10**9, v["scope"], v["rank"], v["component"], v["confidence"], v["slowdown"], v["fn"])
          for v in verdicts])
-    ts = [json.loads(line)["ts_ns"] for line in lines[1:] if '"fn"' in line]
-    n_windows = (max(ts) - min(ts)) // (WINDOW_S * 10**9)
+    # What the detector guarantees is persistence, not coverage: a loaded machine stretches
+    # the job over more windows and dilutes a fixed fault, so "half the windows" measured the
+    # machine's load. The slowed rank alarms in at least two windows, and more often than any other.
     named_windows = sorted({v["window_start_ns"] for v in named})
-    assert len(named_windows) >= max(2, n_windows // 2), why
+    assert len(named_windows) >= 2, why
+    per_rank = Counter(v["rank"] for v in alarms if v["scope"] == "rank")
+    assert all(n < per_rank[slow] for r, n in per_rank.items() if r != slow), why
     assert {v["component"] for v in named} <= components, why
     assert all(v["kind"] == "slow" for v in named), why
     for v in named:

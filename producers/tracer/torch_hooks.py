@@ -26,17 +26,28 @@ What is recorded (contract ``fn`` records, via :class:`~.runtime.Tracer`):
     (``python`` / ``host_cpu``) rather than as a GPU.
 torch.distributed collectives (kind ``collective``)
     all_reduce, all_gather(_into_tensor), reduce_scatter(_tensor), broadcast,
-    barrier, send, recv, plus reduce / gather / scatter / all_to_all(_single)
+    barrier, plus reduce / gather / scatter / all_to_all(_single)
     (no ``op`` in the contract's vocabulary for those): ``op``, ``bytes`` of
-    the payload, ``group`` = ``pg<name>`` of the process group (the same on
-    every rank). ``async_op=True`` calls end when their work's future does.
+    the payload, ``group`` = the id of the process group derived from its
+    sorted global ranks (``ranks:0-7``, the same on every member, no
+    collective needed: :mod:`.groups`). ``async_op=True`` calls are timed from
+    the wait on their ``Work`` (see :mod:`.p2p`). Inside an FSDP unit they are
+    ``FSDP.all_gather`` / ``FSDP.reduce_scatter`` with the unit in their stack
+    (:mod:`.fsdp`).
+Point-to-point (kind ``collective``, op ``send`` / ``recv``)
+    send, recv, isend, irecv, batch_isend_irecv, timed to completion (the
+    ``Work``'s wait, not the launch), group ``p2p:<a>,<b>`` of the two ranks:
+    :mod:`.p2p`.
 DDP gradient all-reduces (``DDP.all_reduce``, kind ``collective``)
     They never pass through Python: DDP's reducer issues them from C++. So
     ``DistributedDataParallel.__init__`` is wrapped to register, just before
     the first forward, a communication hook: the default all-reduce hook
-    wrapped with timing from the hook call (bucket ready) to its future's
-    completion. A hook the user registers is wrapped instead; a built-in C++
-    hook (``_register_builtin_comm_hook``) is left alone, untimed. DDP's
+    wrapped with timing up to its future's completion, from the bucket being
+    ready or, when the rank was still computing its backward then, from the
+    end of that backward (the exposed part only: see :func:`_end_exposed`,
+    so a slow backward that overlapping all-reduces hide stays visible). A
+    hook the user registers is wrapped instead; a built-in C++ hook
+    (``_register_builtin_comm_hook``) is left alone, untimed. DDP's
     per-forward buffer broadcast (``broadcast_buffers=True`` with BatchNorm
     statistics...) is another hidden collective inside the forward: timed as
     ``DDP.broadcast_buffers`` (op ``broadcast``).
@@ -60,7 +71,8 @@ import threading
 import weakref
 from typing import Any
 
-from .runtime import Tracer
+from . import groups as _groups
+from .runtime import Tracer, time_ns
 
 LOADER_FN = "DataLoader.__next__"
 LEARN_STEPS = 3          # optimizer steps during which global module hooks look for top-level modules
@@ -80,6 +92,7 @@ def install(tracer: Tracer) -> None:
     """Patch everything (``eroica trace``, or ``instrument()`` with no arguments). Idempotent."""
     for name, fn in (("DataLoader", patch_dataloader), ("optimizers", patch_optimizer),
                      ("modules", patch_modules), ("torch.distributed", patch_distributed),
+                     ("point-to-point", patch_p2p), ("FSDP", patch_fsdp),
                      ("DistributedDataParallel", patch_ddp), ("memory copies", patch_memcpy)):
         if name in _installed:
             continue
@@ -231,6 +244,7 @@ def _step_hooks(tracer: Tracer, skip_instrumented: bool):
         region = open_.pop(id(opt), None)
         if region is not None:
             region.end(tracer)
+        _backward["open"] = 0  # no backward runs across an optimizer step (one that raised never ended)
         tracer.step_done()
         _modules(tracer).on_step()
         return None
@@ -259,6 +273,9 @@ def instrument_optimizer(tracer: Tracer, opt: Any) -> None:
 
 def root_name(mod: Any) -> str:
     """The name of a top-level module: the wrapped module's class for DDP / FSDP / compiled wrappers."""
+    mro = type(mod).__mro__
+    if len(mro) > 2 and mro[1].__name__ == "FSDPModule":
+        return mro[2].__name__  # fully_shard's FSDP<Name>(FSDPModule, <Name>) class
     inner = mod
     for _ in range(4):
         if type(inner).__name__ not in _WRAPPERS:
@@ -389,7 +406,10 @@ class ModuleTracker:
                 self._exit(m, out, "i")
             return None
 
-        mod.register_forward_pre_hook(ipre)
+        try:  # first: before a wrapper's own pre-hooks (FSDP's unit forward nests inside ours)
+            mod.register_forward_pre_hook(ipre, prepend=True)
+        except TypeError:
+            mod.register_forward_pre_hook(ipre)
         try:
             mod.register_forward_hook(ipost, always_call=True)
         except TypeError:
@@ -454,7 +474,14 @@ class ModuleTracker:
                 region = _Region(t, name, "python")
                 from torch.autograd import Variable
 
-                Variable._execution_engine.queue_callback(lambda: region.end(t))
+                _backward["open"] += 1
+
+                def done() -> None:
+                    region.end(t)
+                    _backward["open"] -= 1
+                    _backward["end_ns"] = time_ns()
+
+                Variable._execution_engine.queue_callback(done)
             except Exception:
                 pass
             return None
@@ -489,40 +516,19 @@ COLLECTIVES: dict[str, tuple[str | None, str | None]] = {
     "reduce_scatter_tensor": ("reduce_scatter", "input"),
     "broadcast": ("broadcast", "tensor"),
     "barrier": ("barrier", None),
-    "send": ("send", "tensor"),
-    "recv": ("recv", "tensor"),
     "reduce": (None, "tensor"),
     "gather": (None, "tensor"),
     "scatter": (None, "tensor"),
     "all_to_all": (None, "input_tensor_list"),
     "all_to_all_single": (None, "input"),
+    # what both FSDP APIs call (torch >= 2.6)
+    "all_gather_single": ("all_gather", "output_tensor"),
+    "reduce_scatter_single": ("reduce_scatter", "input"),
 }
 
-_group_names: dict[int, str | None] = {}
-
-
 def group_name(group: Any) -> str | None:
-    """``pg<name>`` of a process group (``None``: the default group), the same on every rank."""
-    key = id(group)
-    if key in _group_names:
-        return _group_names[key]
-    name = None
-    try:
-        from torch.distributed import distributed_c10d as c10d
-
-        pg = group if group is not None else c10d._get_default_group()
-        try:
-            raw = pg.group_name
-        except Exception:
-            raw = c10d._get_process_group_name(pg)
-        name = f"pg{raw}"[:256]
-        _group_names[key] = name
-        if group is None:
-            _group_names.pop(key, None)
-            _group_names[id(pg)] = name
-    except Exception:  # no default group yet
-        return None
-    return name
+    """The process group's id from its sorted global ranks, the same on every member (see :mod:`.groups`)."""
+    return _groups.group_name(group)
 
 
 def _nbytes(x: Any) -> int | None:
@@ -564,9 +570,11 @@ def _timed_collective(tracer: Tracer, name: str, op: str | None, payload_arg: st
         if getattr(_tls, "suppress", False) or not tracer.enabled or _compiling():
             return orig(*args, **kwargs)
         payload = arg(args, kwargs, i_payload, payload_arg) if payload_arg else None
-        extra = (_nbytes(payload), op, group_name(arg(args, kwargs, i_group, "group")), None, None)
+        unit = getattr(_tls, "fsdp_unit", None)
+        name, stack = (f"FSDP.{op}", f"{unit};FSDP.{op}") if unit and op else (fn_name, None)
+        extra = (_nbytes(payload), op, group_name(arg(args, kwargs, i_group, "group")), stack, None)
         gpu = _gpu(tracer) if _is_cuda(payload) else None
-        tok = tracer.begin(fn_name, "collective", extra)
+        tok = tracer.begin(name, "collective", extra)
         ev = gpu.start() if gpu is not None else None
         step = tracer.step
         _tls.suppress = True
@@ -579,19 +587,33 @@ def _timed_collective(tracer: Tracer, name: str, op: str | None, payload_arg: st
             _tls.suppress = False
         if ev is not None:  # NCCL returns before the GPU runs it: GPU time only
             tracer.discard(tok)
-            gpu.stop(ev, fn_name, "collective", step, extra, suffix=False)
+            gpu.stop(ev, name, "collective", step, extra, suffix=False)
             return work
         if work is not None and arg(args, kwargs, i_async, "async_op"):
-            try:
-                work.get_future().add_done_callback(lambda f: tracer.end(tok))
-                return work
-            except Exception:
-                pass
+            # timed from the wait on its Work, as a transfer is (p2p's doc says why); a Work
+            # never waited for records nothing
+            tracer.discard(tok)
+            from .p2p import watch_work
+
+            watch_work(tracer, work, name, extra, step)
+            return work
         tracer.end(tok)
         return work
 
     wrapper._eroica = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def patch_fsdp(tracer: Tracer) -> None:
+    from .fsdp import patch_fsdp as patch
+
+    patch(tracer)
+
+
+def patch_p2p(tracer: Tracer) -> None:
+    from .p2p import patch_p2p as patch
+
+    patch(tracer)
 
 
 def patch_distributed(tracer: Tracer) -> None:
@@ -641,11 +663,37 @@ def _timed_comm_hook(tracer: Tracer, ddp: Any, hook):
                 return f.value()
 
             return fut.then(done)
-        fut.add_done_callback(lambda f: tracer.end(tok))
+        fut.add_done_callback(lambda f: _end_exposed(tracer, tok))
         return fut
 
     eroica_timed_hook.__qualname__ = f"eroica_timed({getattr(hook, '__qualname__', 'hook')})"
     return eroica_timed_hook
+
+
+# The training thread's backward passes: open ones, and when the last one ended. DDP's gradient
+# all-reduces run beside the backward that produces their buckets; what the rank waits for is only
+# the part after its own backward compute has ended.
+_backward: dict[str, int] = {"open": 0, "end_ns": 0}
+
+
+def _end_exposed(tracer: Tracer, tok: int) -> None:
+    """End an overlapped all-reduce's span, keeping only the time the rank was not computing.
+
+    A bucket's all-reduce starts when the bucket is ready, mid-backward. Recorded from there, the
+    backward compute it overlaps would read as time in a collective, and the detector (which
+    charges a host span only for its time outside collectives) would not see that compute: a rank
+    whose slow backward makes everyone's all-reduce late would look like it computed little and
+    waited. So the span starts where the rank stops computing: at the end of its backward, or (the
+    backward still running) it is an empty span at the completion. Without a known backward (no
+    top-level module found), the span is the whole all-reduce, as before.
+    """
+    now = time_ns()
+    if _backward["open"] > 0:
+        tracer.end(tok, start_ns=now)
+    elif _backward["end_ns"]:
+        tracer.end(tok, start_ns=_backward["end_ns"])
+    else:
+        tracer.end(tok)
 
 
 def _register_default_hook(tracer: Tracer, ddp: Any) -> None:
