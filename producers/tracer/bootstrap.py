@@ -22,6 +22,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 SITECUSTOMIZE = '''\
 # Written by `eroica trace`: instruments torch in this process when it is imported,
@@ -57,11 +58,14 @@ def write_site_dir(folder: str | Path) -> Path:
     return folder
 
 
-class _TorchImportHook(importlib.abc.MetaPathFinder):
-    """Finds ``torch`` with the other finders, and instruments it once its import completes."""
+class _PostImportHook(importlib.abc.MetaPathFinder):
+    """Finds module ``name`` with the other finders, then calls ``callback`` once its import completes."""
+
+    def __init__(self, name: str, callback: Callable[[], None]) -> None:
+        self.name, self.callback = name, callback
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != self.name:
             return None
         try:
             sys.meta_path.remove(self)  # one shot; also keeps find_spec below from recursing
@@ -70,14 +74,22 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
         spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        orig = spec.loader.exec_module
+        orig, callback = spec.loader.exec_module, self.callback
 
         def exec_module(module):
             orig(module)
-            _on_torch_imported()
+            callback()
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+
+def on_import(name: str, callback: Callable[[], None]) -> None:
+    """``callback()`` at once if module ``name`` is imported, else as soon as its import completes."""
+    if name in sys.modules:
+        callback()
+    elif not any(isinstance(f, _PostImportHook) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportHook(name, callback))
 
 
 def _on_torch_imported() -> None:
@@ -92,11 +104,7 @@ def _on_torch_imported() -> None:
 
 def install_import_hook() -> None:
     """Instrument torch as soon as it is imported (at once if it already is)."""
-    if "torch" in sys.modules:
-        _on_torch_imported()
-        return
-    if not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TorchImportHook())
+    on_import("torch", _on_torch_imported)
 
 
 def chain_sitecustomize(our_file: str | Path) -> None:

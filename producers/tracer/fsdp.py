@@ -32,12 +32,10 @@ in when ``torch.distributed.fsdp`` finishes importing, or at once if it has.
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
-import sys
 import weakref
 from typing import Any
 
+from .bootstrap import on_import
 from .runtime import Tracer
 
 FSDP_PACKAGE = "torch.distributed.fsdp"
@@ -283,33 +281,7 @@ def _patch_all() -> None:
             tracer._warn_once(f"could not instrument {name}: {type(exc).__name__}: {exc}")
 
 
-class _FsdpImportHook(importlib.abc.MetaPathFinder):
-    """Patches FSDP once ``torch.distributed.fsdp`` has finished importing."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != FSDP_PACKAGE:
-            return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        orig = spec.loader.exec_module
-
-        def exec_module(module):
-            orig(module)
-            _patch_all()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 def patch_fsdp(tracer: Tracer) -> None:
     """Instrument FSDP now if it is imported, else as soon as it is."""
     _state["tracer"] = tracer
-    if FSDP_PACKAGE in sys.modules:
-        _patch_all()
-    elif not any(isinstance(f, _FsdpImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _FsdpImportHook())
+    on_import(FSDP_PACKAGE, _patch_all)

@@ -37,7 +37,6 @@ group ranks): the tracer never issues a collective or a transfer.
 from __future__ import annotations
 
 import functools
-import inspect
 import weakref
 from typing import Any
 
@@ -187,29 +186,21 @@ def patch_work(tracer: Tracer, Work: type) -> None:
 
 
 def _timed_p2p(tracer: Tracer, name: str, orig, blocking: bool):
-    from .torch_hooks import _compiling, _gpu, _nbytes, _tls
+    from .torch_hooks import CallArgs, _compiling, _gpu, _nbytes, _tls
 
     op = P2P_FUNCS[name]
-    params = list(inspect.signature(orig).parameters)
+    call = CallArgs(orig)
     peer_key = "dst" if op == "send" else "src"
     gpeer_key = "group_dst" if op == "send" else "group_src"
-    i_peer = params.index(peer_key) if peer_key in params else None
-    i_group = params.index("group") if "group" in params else None
-    i_gpeer = params.index(gpeer_key) if gpeer_key in params else None
     fn_name = f"torch.distributed.{name}"
-
-    def arg(args, kwargs, i, key):
-        if i is not None and i < len(args):
-            return args[i]
-        return kwargs.get(key)
 
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
         if getattr(_tls, "suppress", False) or not tracer.enabled or _compiling():
             return orig(*args, **kwargs)
         tensor = args[0] if args else kwargs.get("tensor")
-        group = arg(args, kwargs, i_group, "group")
-        peer = groups.global_peer(group, arg(args, kwargs, i_peer, peer_key), arg(args, kwargs, i_gpeer, gpeer_key))
+        group = call.get(args, kwargs, "group")
+        peer = groups.global_peer(group, call.get(args, kwargs, peer_key), call.get(args, kwargs, gpeer_key))
         extra = (_nbytes(tensor), op, _channel(peer), None, None)
         gpu = _gpu(tracer) if getattr(tensor, "is_cuda", False) else None
         step = tracer.step

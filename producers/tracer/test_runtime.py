@@ -202,7 +202,7 @@ def test_sitecustomize_chains_to_the_one_it_shadows(tmp_path: Path) -> None:
     theirs.mkdir()
     (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIRS_RAN'] = '1'\n")
     code = ("import os, sys; print(os.environ.get('THEIRS_RAN'), "
-            "any(type(f).__name__ == '_TorchImportHook' for f in sys.meta_path))")
+            "any(type(f).__name__ == '_PostImportHook' and f.name == 'torch' for f in sys.meta_path))")
     proc = _trace(tmp_path, sys.executable, "-c", code, env={"PYTHONPATH": str(theirs)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "1 True"

@@ -553,26 +553,29 @@ def _is_cuda(x: Any) -> bool:
     return False
 
 
-def _timed_collective(tracer: Tracer, name: str, op: str | None, payload_arg: str | None, orig):
-    params = list(inspect.signature(orig).parameters)
-    i_payload = params.index(payload_arg) if payload_arg in params else None
-    i_group = params.index("group") if "group" in params else None
-    i_async = params.index("async_op") if "async_op" in params else None
-    fn_name = f"torch.distributed.{name}"
+class CallArgs:
+    """Reads a wrapped torch function's arguments by name, passed by position or by keyword."""
 
-    def arg(args, kwargs, i, key):
-        if i is not None and i < len(args):
-            return args[i]
-        return kwargs.get(key)
+    def __init__(self, fn: Any) -> None:
+        self.pos = {p: i for i, p in enumerate(inspect.signature(fn).parameters)}
+
+    def get(self, args: tuple, kwargs: dict, key: str) -> Any:
+        i = self.pos.get(key)
+        return args[i] if i is not None and i < len(args) else kwargs.get(key)
+
+
+def _timed_collective(tracer: Tracer, name: str, op: str | None, payload_arg: str | None, orig):
+    call = CallArgs(orig)
+    fn_name = f"torch.distributed.{name}"
 
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
         if getattr(_tls, "suppress", False) or not tracer.enabled or _compiling():
             return orig(*args, **kwargs)
-        payload = arg(args, kwargs, i_payload, payload_arg) if payload_arg else None
+        payload = call.get(args, kwargs, payload_arg) if payload_arg else None
         unit = getattr(_tls, "fsdp_unit", None)
         name, stack = (f"FSDP.{op}", f"{unit};FSDP.{op}") if unit and op else (fn_name, None)
-        extra = (_nbytes(payload), op, group_name(arg(args, kwargs, i_group, "group")), stack, None)
+        extra = (_nbytes(payload), op, group_name(call.get(args, kwargs, "group")), stack, None)
         gpu = _gpu(tracer) if _is_cuda(payload) else None
         tok = tracer.begin(name, "collective", extra)
         ev = gpu.start() if gpu is not None else None
@@ -589,7 +592,7 @@ def _timed_collective(tracer: Tracer, name: str, op: str | None, payload_arg: st
             tracer.discard(tok)
             gpu.stop(ev, name, "collective", step, extra, suffix=False)
             return work
-        if work is not None and arg(args, kwargs, i_async, "async_op"):
+        if work is not None and call.get(args, kwargs, "async_op"):
             # timed from the wait on its Work, as a transfer is (p2p's doc says why); a Work
             # never waited for records nothing
             tracer.discard(tok)
