@@ -10,9 +10,12 @@ Absent optional values are ``-1`` for integer columns and ``NaN`` for floats.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from itertools import chain
+from operator import attrgetter
+from typing import Sequence
 
 import numpy as np
+from msgspec.structs import astuple
 
 from .records import COLLECTIVE_OPS, FN_KINDS, FnRecord, GpuRecord, HostRecord, NicRecord
 
@@ -86,43 +89,87 @@ def empty(type_: str) -> Columns:
     )
 
 
-def _encode_strings(values: Iterable[str | None]) -> tuple[np.ndarray, list[str]]:
-    """Dictionary-encode strings; ``None`` becomes the empty string."""
-    table: dict[str, int] = {}
-    codes = [table.setdefault(v or "", len(table)) for v in values]
-    return np.fromiter(codes, dtype=np.int32, count=len(codes)), list(table)
+def _encode_strings(values: Sequence[str | None]) -> tuple[np.ndarray, list[str]]:
+    """Dictionary-encode strings in order of first appearance; ``None`` becomes the empty string.
+
+    ``dict.fromkeys`` finds the distinct values and ``map`` looks each one up,
+    both in C: no Python bytecode per value.
+    """
+    table = dict.fromkeys(values)
+    if None in table:
+        keys = list(table)
+        at = keys.index(None)
+        if "" in table and keys.index("") < at:
+            del keys[at]
+        else:
+            keys[at] = ""
+            if "" in table:
+                del keys[keys.index("", at + 1)]
+        vocab = keys
+        codes = {k: i for i, k in enumerate(vocab)}
+        codes[None] = codes[""]  # type: ignore[index]
+    else:
+        vocab = list(table)
+        codes = {k: i for i, k in enumerate(vocab)}
+    return np.fromiter(map(codes.__getitem__, values), dtype=np.int32, count=len(values)), vocab  # type: ignore[arg-type]
 
 
-def _optional_int(values: list, dtype: str) -> np.ndarray:
-    return np.fromiter((-1 if v is None else v for v in values), dtype=dtype, count=len(values))
+_KIND_OF = {k: i for i, k in enumerate(FN_KINDS)}
+_OP_OF: dict = {None: -1, **{k: i for i, k in enumerate(COLLECTIVE_OPS)}}
+_GETTERS = {t: {name: attrgetter(name) for name in schema} for t, schema in SCHEMAS.items()}
 
 
-def _optional_float(values: list) -> np.ndarray:
-    return np.fromiter((np.nan if v is None else v for v in values), dtype=np.float64, count=len(values))
+def _as_table(records: Sequence, names: Sequence[str]) -> np.ndarray | None:
+    """Records as a 2-D object array (rows x schema fields), built in C; None unless they are Structs of one class."""
+    cls = type(records[0])
+    fields = getattr(cls, "__struct_fields__", None)
+    if fields is None or set(map(type, records)) != {cls}:
+        return None
+    table = np.fromiter(chain.from_iterable(map(astuple, records)), dtype=object,
+                        count=len(records) * len(fields)).reshape(len(records), len(fields))
+    if tuple(fields[: len(names)]) != tuple(names):
+        table = table[:, [fields.index(name) for name in names]]
+    return table
 
 
 def from_records(type_: str, records: Sequence) -> Columns:
-    """Build columns from decoded structs of one type (the reader's hot path)."""
+    """Build columns from decoded structs of one type (the reader's hot path).
+
+    The structs become one 2-D object array in C (``astuple`` + ``chain`` +
+    ``np.fromiter``), and each column is converted by numpy's own casts:
+    no Python bytecode per record. Strings are dictionary-encoded in C too
+    (:func:`_encode_strings`).
+    """
     if not records:
         return empty(type_)
     schema = SCHEMAS[type_]
+    names = list(schema)
+    try:
+        table = _as_table(records, names)
+    except (AttributeError, TypeError):  # not a msgspec Struct with every field
+        table = None
+    getters = _GETTERS[type_]
     arrays: dict[str, np.ndarray] = {}
     vocab: dict[str, list[str]] = {}
     n = len(records)
-    for name, dtype in schema.items():
-        values = [getattr(r, name) for r in records]
+    for j, (name, dtype) in enumerate(schema.items()):
+        col = table[:, j] if table is not None else np.fromiter(map(getters[name], records), dtype=object, count=n)
         if dtype == CAT:
-            arrays[name], vocab[name] = _encode_strings(values)
+            arrays[name], vocab[name] = _encode_strings(col.tolist())
         elif type_ == "fn" and name == "kind":
-            arrays[name] = np.fromiter((KIND_CODE[v] for v in values), dtype="i1", count=n)
+            arrays[name] = np.fromiter(map(_KIND_OF.__getitem__, col.tolist()), dtype="i1", count=n)
         elif type_ == "fn" and name == "op":
-            arrays[name] = np.fromiter((-1 if v is None else OP_CODE[v] for v in values), dtype="i1", count=n)
+            arrays[name] = np.fromiter(map(_OP_OF.__getitem__, col.tolist()), dtype="i1", count=n)
         elif dtype == "?":
-            arrays[name] = np.fromiter(values, dtype=bool, count=n)
+            arrays[name] = col.astype(bool)
         elif dtype == "f8":
-            arrays[name] = _optional_float(values)
+            arrays[name] = col.astype(np.float64)  # None -> NaN
         else:
-            arrays[name] = _optional_int(values, dtype)
+            absent = np.equal(col, None)
+            if absent.any():
+                col = col.copy()
+                col[absent] = -1
+            arrays[name] = col.astype(dtype)
     return Columns(type_, arrays, vocab)
 
 

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 import msgspec
+import numpy as np
 
 from .columns import Columns, from_records
-from .limits import LimitError, check_json, failure_reason
-from .records import JobRecord, Record
+from .limits import MAX_DEPTH, LimitError, check_json, failure_reason
+from .records import FnRecord, GpuRecord, HostRecord, JobRecord, NicRecord, Record
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_BYTES = 1 << 20
@@ -121,8 +122,29 @@ def open_source(path: str | Path) -> tuple[BinaryIO, str]:
     return buffered, name
 
 
-def iter_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Iterator[tuple[int, bytes | None]]:
-    """Yield ``(line_number, line)``; ``line`` is None for a line over the size bound."""
+class Block:
+    """The complete lines of one chunk read: the number of the first, and the lines.
+
+    ``joined`` is the lines as one buffer (joined by ``\n``) when none of them
+    is over the size bound, for the reader's whole-chunk fast path; the list
+    of lines (None for a line over the bound) is only cut from it when asked.
+    """
+
+    __slots__ = ("first", "count", "joined", "newlines", "_lines")
+
+    def __init__(self, first: int, count: int, joined: bytes | None, lines: list[bytes | None] | None = None,
+                 newlines: np.ndarray | None = None) -> None:
+        self.first, self.count, self.joined, self._lines, self.newlines = first, count, joined, lines, newlines
+
+    @property
+    def lines(self) -> list[bytes | None]:
+        if self._lines is None:
+            self._lines = self.joined.split(b"\n")  # type: ignore[union-attr]
+        return self._lines
+
+
+def iter_blocks(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Iterator[Block]:
+    """The lines of each chunk read, as one :class:`Block` each (the same lines as :func:`iter_lines`)."""
     carry = b""
     skipping = False
     lineno = 0
@@ -134,18 +156,29 @@ def iter_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Iter
         chunk = read(CHUNK_BYTES)
         if not chunk:
             break
-        parts = chunk.split(b"\n")
-        parts[0] = carry + parts[0] if not skipping else parts[0]
-        for i, part in enumerate(parts[:-1]):
-            lineno += 1
-            if skipping and i == 0:
-                skipping = False
-                yield lineno, None
-            elif len(part) > max_line_bytes:
-                yield lineno, None
+        cut = chunk.rfind(b"\n")
+        block: Block | None = None
+        if cut < 0:
+            tail = chunk if skipping else carry + chunk
+        elif not skipping:
+            body = carry + chunk[:cut] if carry else chunk[:cut]
+            tail = chunk[cut + 1:]
+            newlines = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == 0x0A)
+            count = newlines.size + 1
+            if len(body) > max_line_bytes and int(np.diff(newlines, prepend=-1, append=len(body)).max()) - 1 > max_line_bytes:
+                parts: list[bytes | None] = body.split(b"\n")
+                block = Block(lineno + 1, count, None, [p if len(p) <= max_line_bytes else None for p in parts])  # type: ignore[arg-type]
             else:
-                yield lineno, part
-        tail = parts[-1]
+                block = Block(lineno + 1, count, body, newlines=newlines)
+        else:
+            parts = chunk[:cut].split(b"\n")
+            parts = [None] + [p if len(p) <= max_line_bytes else None for p in parts[1:]]  # type: ignore[operator]
+            block = Block(lineno + 1, len(parts), None, parts)
+            tail = chunk[cut + 1:]
+            skipping = False
+        if block is not None:
+            lineno += block.count
+            yield block
         if skipping:
             carry = b""
         elif len(tail) > max_line_bytes:
@@ -153,9 +186,15 @@ def iter_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Iter
         else:
             carry = tail
     if skipping:
-        yield lineno + 1, None
+        yield Block(lineno + 1, 1, None, [None])
     elif carry:
-        yield lineno + 1, carry
+        yield Block(lineno + 1, 1, carry, [carry], np.empty(0, dtype=np.intp))
+
+
+def iter_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Iterator[tuple[int, bytes | None]]:
+    """Yield ``(line_number, line)``; ``line`` is None for a line over the size bound."""
+    for block in iter_blocks(stream, max_line_bytes):
+        yield from enumerate(block.lines, block.first)
 
 
 def read_batches(
@@ -167,19 +206,20 @@ def read_batches(
     stream, name = open_source(path)
     failure: list[Invalid] = []
 
-    def lines() -> Iterator[tuple[int, bytes | None]]:
+    def blocks() -> Iterator[Block]:
         # A read error (truncated or corrupt gzip, I/O error) ends the input
-        # here, inside the line iterator, so that parse_lines still flushes
+        # here, inside the block iterator, so that parse_blocks still flushes
         # the records read before it instead of dropping its pending batch.
         lineno = 0
         try:
-            for lineno, line in iter_lines(stream, max_line_bytes):
-                yield lineno, line
+            for block in iter_blocks(stream, max_line_bytes):
+                lineno = block.first + block.count - 1
+                yield block
         except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
             failure.append(Invalid(name, lineno + 1, f"unreadable input: {exc}", b""))
 
     try:
-        yield from parse_lines(lines(), name, batch_records, max_line_bytes)
+        yield from parse_blocks(blocks(), name, batch_records, max_line_bytes)
         if failure:
             yield Batch(invalid=failure)
     finally:
@@ -238,6 +278,105 @@ def parse_lines(
 def _flush(by_type: dict[str, list], jobs: list[JobRecord], invalid: list[Invalid]) -> Batch:
     cols = {t: from_records(t, recs) for t, recs in by_type.items() if recs}
     return Batch(cols, jobs, invalid)
+
+
+_TAG_OF = {FnRecord: "fn", GpuRecord: "gpu", NicRecord: "nic", HostRecord: "host"}
+
+
+def _flush_mixed(records: list, invalid: list[Invalid]) -> Batch:
+    """A batch from decoded records of every kind, in input order (each type's order kept)."""
+    by_class: dict[type, list] = {c: [] for c in (FnRecord, GpuRecord, NicRecord, HostRecord, JobRecord)}
+    appends = {c: v.append for c, v in by_class.items()}
+    for rec in records:
+        appends[type(rec)](rec)
+    cols = {tag: from_records(tag, by_class[c]) for c, tag in _TAG_OF.items() if by_class[c]}
+    return Batch(cols, by_class[JobRecord], invalid)
+
+
+def decode_block(block: Block) -> list[Record] | None:
+    """Every line of a block decoded at once, or None unless each line is one valid record.
+
+    The whole-chunk fast path of the reader: one ``decode_lines`` call (typed
+    decoding in C, no Python per line). It only answers when the result is
+    certainly what :func:`decode_line` would give line by line: every line
+    starts with ``{`` and ends with ``}`` (so no value can span a newline: a raw
+    newline inside a string is invalid JSON, and ``}`` then ``{`` is never valid
+    inside a value), the decoder gives as many records as there are lines (so
+    no line holds two values), and no line has more brackets than the nesting
+    bound (checked per line only when the block holds more than one per line
+    and the bound). Otherwise (None) the caller decodes line by line, with a
+    reason for each rejected line.
+    """
+    joined = block.joined
+    if not joined or joined[0] != 0x7B or joined[-1] != 0x7D:
+        return None
+    arr = np.frombuffer(joined, dtype=np.uint8)
+    nl = block.newlines if block.newlines is not None else np.flatnonzero(arr == 0x0A)
+    n_lines = block.count
+    if nl.size != n_lines - 1:
+        return None
+    if nl.size and not (bool((arr[nl - 1] == 0x7D).all()) and bool((arr[nl + 1] == 0x7B).all())):
+        return None
+    # "[" | 0x20 == "{": one pass counts both openers
+    if int(np.count_nonzero((arr | 0x20) == 0x7B)) - n_lines >= MAX_DEPTH:
+        if max(line.count(b"{") + line.count(b"[") for line in block.lines) > MAX_DEPTH:  # type: ignore[union-attr]
+            return None
+    try:
+        records = _decoder.decode_lines(joined)
+    except Exception:  # any failure: the line-by-line path names it
+        return None
+    return records if len(records) == n_lines else None
+
+
+def parse_blocks(
+    blocks: Iterator[Block],
+    source: str = "<input>",
+    batch_records: int = DEFAULT_BATCH,
+    max_line_bytes: int = DEFAULT_MAX_LINE,
+) -> Iterator[Batch]:
+    """:func:`parse_lines` over :func:`iter_blocks`: the same batches, a block at once where it can.
+
+    A block whose every line is one valid record is decoded in one call
+    (:func:`decode_block`); any other block goes line by line exactly as
+    :func:`parse_lines` does (same reasons, same dead letters, same batch
+    boundaries).
+    """
+    records: list = []
+    invalid: list[Invalid] = []
+    invalid_bytes = 0
+    for block in blocks:
+        decoded = decode_block(block) if block.joined is not None else None
+        if decoded is not None:
+            while decoded:
+                room = max(1, batch_records - len(records) - len(invalid))
+                if room >= len(decoded):
+                    records.extend(decoded)
+                    decoded = []
+                else:
+                    records.extend(decoded[:room])
+                    decoded = decoded[room:]
+                if len(records) + len(invalid) >= batch_records:
+                    yield _flush_mixed(records, invalid)
+                    records, invalid, invalid_bytes = [], [], 0
+            continue
+        for lineno, raw in enumerate(block.lines, block.first):
+            if raw is None:
+                invalid.append(Invalid(source, lineno, f"line longer than {max_line_bytes} bytes", b""))
+            elif not raw.strip():
+                continue
+            else:
+                try:
+                    rec = decode_line(raw, len(raw))
+                except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+                    invalid.append(Invalid(source, lineno, reason_of(exc, raw), bytes(raw)))
+                    invalid_bytes += len(raw)
+                else:
+                    records.append(rec)
+            if len(records) + len(invalid) >= batch_records or invalid_bytes >= MAX_INVALID_BYTES:
+                yield _flush_mixed(records, invalid)
+                records, invalid, invalid_bytes = [], [], 0
+    if records or invalid:
+        yield _flush_mixed(records, invalid)
 
 
 def read_merged(paths: list[str | Path], batch_records: int = DEFAULT_BATCH) -> Iterator[Batch]:

@@ -535,3 +535,86 @@ def test_any_truncation_of_gzip_never_crashes(tmp_path_factory, lines, data):
         # Everything read is a prefix of the input; the cut itself is reported.
         assert invalid[-1].reason.startswith("unreadable input: ")
         assert all(i.reason.startswith("unreadable input: ") for i in invalid)
+
+
+# -- the whole-chunk fast path (reader.decode_block) gives exactly the line-by-line result ---------
+
+def _batches_as_data(batches) -> list:
+    out = []
+    for b in batches:
+        cols = {t: ({k: (v.dtype.str, v.tobytes()) for k, v in c.arrays.items()}, c.vocab) for t, c in b.columns.items()}
+        out.append((cols, msgspec.to_builtins(b.jobs), [(i.source, i.line, i.reason, i.raw) for i in b.invalid]))
+    return out
+
+
+def _deep(d: int) -> bytes:
+    return b'{"type":"host","job":"j","node":"n","ts_ns":1,"x":' + b"[" * d + b"]" * d + b"}"
+
+
+ODD_LINES = [
+    b"", b"   ", b"\t", enc(fn(5)) + b"\r", b" " + enc(fn(6)), enc(fn(7)) + b" " + enc(fn(8)),
+    enc(fn(9)) + b"," + enc(fn(10)), b'{"type":"host","job":"j","node":"n","ts_ns":1,"x":[1', b'2]}',
+    b'{"type":"host","job":"j\xff","node":"n","ts_ns":1}', _deep(63), _deep(64), _deep(65), _deep(300),
+    b'{"type":"host","job":"' + b"a" * 500 + b'","node":"n","ts_ns":1}',
+    b'{"type":"host","job":"j","node":"n","ts_ns":1,"cpu_util_pct":1e999}', b'{"type":"fn"}{"type":"fn"}',
+    b'{"type":"host","job":"j","node":"n","ts_ns":1,"x":"' + b"[" * 100 + b'"}',
+    b'{"type":"host","job":"j","node":"n",', b'"ts_ns":1}', b'{"type":"host","job":"j","node":"n","ts_ns":1}\x00',
+    b'{"type":"gpu","job":"j","node":"n","rank":1,"gpu":0,"ts_ns":1,"mem_used_bytes":9007199254740993}',
+    b'{"type":"fn","job":"j","node":"n","rank":1,"step":1,"fn":"f","kind":"collective","ts_ns":1,"dur_ns":1,'
+    b'"bytes":9223372036854775807,"group":"","stack":null}',
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.builds(lambda m, i: enc(m(i)), st.sampled_from(MAKERS), st.integers(0, 50)),
+                          st.sampled_from(ODD_LINES)), max_size=60),
+       st.sampled_from([64, 300, 4096]), st.sampled_from([1, 7, 1000]), st.booleans())
+def test_block_fast_path_equals_line_by_line(tmp_path: Path, lines: list[bytes], chunk: int, batch: int,
+                                             trailing: bool) -> None:
+    data = b"\n".join(lines) + (b"\n" if trailing else b"")
+    p = tmp_path / "f.jsonl"
+    p.write_bytes(data)
+    with mock.patch.object(reader, "CHUNK_BYTES", chunk):
+        fast = _batches_as_data(read_batches(p, batch_records=batch, max_line_bytes=400))
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()   # the text after the last newline, when empty, is no line
+    naive = [(i, raw if len(raw) <= 400 else None) for i, raw in enumerate(parts, 1)]
+    slow = _batches_as_data(parse_lines(iter(naive), str(p), batch, 400))
+    assert fast == slow
+
+
+def test_block_fast_path_is_taken_for_clean_input() -> None:
+    lines = [enc(m(i)) for i in range(40) for m in MAKERS]
+    block = reader.Block(1, len(lines), b"\n".join(lines))
+    recs = reader.decode_block(block)
+    assert recs is not None and len(recs) == len(lines)
+    for bad in (b"", _deep(65), enc(fn(1)) + b" " + enc(fn(2))):
+        mixed = lines[:10] + [bad] + lines[10:]
+        assert reader.decode_block(reader.Block(1, len(mixed), b"\n".join(mixed))) is None
+
+
+def test_columns_from_structs_match_field_by_field() -> None:
+    objs = [fn(i) | ({"bytes": 2**62 + i, "op": "all_reduce", "group": "g", "stream": 3} if i % 3 else {})
+            for i in range(50)] + [gpu(i) | ({"mem_used_bytes": 2**60 + 1} if i % 2 else {}) for i in range(20)]
+    recs = [reader.decode_line(enc(o)) for o in objs]
+    for t, cls in C.RECORD_CLASSES.items():
+        rs = [r for r in recs if type(r) is cls]
+        if not rs:
+            continue
+        cols = C.from_records(t, rs)
+        for name, dtype in C.SCHEMAS[t].items():
+            got = cols.strings(name).tolist() if dtype == C.CAT else cols.arrays[name].tolist()
+            raw = [getattr(r, name) for r in rs]
+            if dtype == C.CAT:
+                want = [v or "" for v in raw]
+            elif name == "kind":
+                want = [C.KIND_CODE[v] for v in raw]
+            elif name == "op":
+                want = [-1 if v is None else C.OP_CODE[v] for v in raw]
+            elif dtype == "f8":
+                want = [math.nan if v is None else float(v) for v in raw]
+            else:
+                want = [-1 if v is None else v for v in raw]
+            assert got == want or (dtype == "f8" and all(
+                (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got, want))), (t, name)

@@ -117,3 +117,75 @@ def test_config_from_env_and_prefix() -> None:
     assert pre.raw_topic == "t1.raw" and pre.deadletter_topic == "t1.eroica.deadletter"
     assert set(pre.topics()) == {"t1.raw", "t1.eroica.ingest", "t1.eroica.deadletter", "t1.eroica.summaries",
                                  "t1.eroica.verdicts", "t1.eroica.patterns"}
+
+
+def _reference_frames(batches: list, size: int, lag: int | None) -> dict:
+    """Frames per key cut by a plain per-key list of records (the accumulator's contract, without its arrays)."""
+    held: dict = {}
+    out: dict = {}
+    newest = -1
+    for cols in batches:
+        recs = to_records(cols)
+        keys = [(cols.type, frame_key(r["job"], r["rank"]) if cols.type in ("fn", "gpu") else frame_key(r["job"], node=r["node"]))
+                for r in recs]
+        for k in dict.fromkeys(keys):
+            part = held.pop(k, []) + [r for r, kk in zip(recs, keys) if kk == k]
+            run = []   # running maximum of event time over this batch's part of the key
+            for r in part:
+                run.append(max(run[-1], r["ts_ns"]) if run else r["ts_ns"])
+            lo = 0
+            while lo < len(part):
+                hi = min(lo + size, len(part))
+                if lag is not None:
+                    hi = lo
+                    while hi < min(lo + size, len(part)) and run[hi] <= run[lo] + lag:
+                        hi += 1
+                    if hi == len(part) and hi - lo < size:
+                        break
+                elif hi - lo < size:
+                    break
+                out.setdefault(k, []).append(part[lo:hi])
+                lo = hi
+            part = part[lo:]
+            if part:
+                held[k] = part
+        if lag is not None and recs:
+            newest = max(newest, max(r["ts_ns"] for r in recs))
+            for k in [k for k, p in held.items() if min(r["ts_ns"] for r in p) < newest - lag]:
+                out.setdefault(k, []).append(held.pop(k))
+    for k, p in held.items():
+        out.setdefault(k, []).append(p)
+    return out
+
+
+@pytest.mark.parametrize("size,lag,reset", [(30, None, None), (7, 40, None), (25, 0, None), (30, 100, 5)])
+def test_accumulator_equals_per_key_reference(size: int, lag: int | None, reset: int | None,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import eroica.producers.kafka.framing as framing
+
+    if reset is not None:
+        monkeypatch.setattr(framing, "VOCAB_RESET", reset)   # vocabularies start afresh often
+    rng = np.random.default_rng(3)
+    lines = []
+    for i in range(900):
+        ts = i + int(rng.integers(0, 60))   # not quite in time order
+        if i % 5 == 0:
+            lines.append({"type": "host", "job": f"job{rng.integers(2)}", "node": f"n{rng.integers(3)}", "ts_ns": ts,
+                          "load1": float(i)})
+        else:
+            x = _fn(f"job{rng.integers(3)}", int(rng.integers(6)), ts, node=f"n{rng.integers(3)}")
+            x["fn"] = f"fn-{rng.integers(50)}"
+            x["stack"] = f"s{rng.integers(i + 1)}"  # a vocabulary that keeps growing
+            lines.append(x)
+    batches = []
+    for lo in range(0, 900, 65):
+        batches += list(_columns(lines[lo:lo + 65]).values())
+    acc = FrameAccumulator(max_records=size, max_lag_ns=lag)
+    got: dict = {}
+    for cols in batches:
+        for f in acc.add(cols):
+            got.setdefault((f.cols.type, f.key), []).append(to_records(f.cols))
+    for f in acc.drain():
+        got.setdefault((f.cols.type, f.key), []).append(to_records(f.cols))
+    assert acc.pending_records == 0
+    assert got == _reference_frames(batches, size, lag)

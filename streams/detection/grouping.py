@@ -1,6 +1,6 @@
 """Grouped reductions over flat arrays (sum / quantile / first per group) without Python loops.
 
-``np.bincount`` for sums (fastest, per the streaming notes) and one lexsort for
+``np.bincount`` for sums (fastest, per the streaming notes) and one ordering by (group, value) for
 order statistics of all groups at once.
 """
 
@@ -50,6 +50,20 @@ def _dense_ids_sorted(ks: list[np.ndarray]) -> tuple[np.ndarray, int, np.ndarray
     return ids, int(change.sum()), order[change]
 
 
+def _order(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """``np.lexsort((values, ids))``, the very same permutation, faster.
+
+    Two stable sorts: by value, then by group id; the ids are narrowed to 16
+    bits when there are few enough groups, which numpy sorts by radix in
+    linear time.
+    """
+    by_value = np.argsort(values, kind="stable")
+    keys = ids[by_value]
+    if keys.size and int(keys.min()) >= 0 and int(keys.max()) < 1 << 16:
+        keys = keys.astype(np.uint16)
+    return by_value[np.argsort(keys, kind="stable")]
+
+
 def group_sum(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(ids, weights=values.astype(np.float64), minlength=n)
 
@@ -66,7 +80,7 @@ def group_quantiles(ids: np.ndarray, values: np.ndarray, n: int, qs: tuple[float
     out = np.full((len(qs), n), np.nan)
     if ids.size == 0:
         return out
-    order = np.lexsort((values, ids))
+    order = _order(ids, values, n)
     sv = values[order].astype(np.float64)
     counts = np.bincount(ids, minlength=n)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -103,7 +117,7 @@ def group_weighted_median(ids: np.ndarray, values: np.ndarray, weights: np.ndarr
     if not ok.any():
         return out
     ids, values, weights = ids[ok], values[ok].astype(np.float64), weights[ok].astype(np.float64)
-    order = np.lexsort((values, ids))
+    order = _order(ids, values, n)
     sid, sv, sw = ids[order], values[order], weights[order]
     cum = np.cumsum(sw)
     totals = np.bincount(sid, weights=sw, minlength=n)
