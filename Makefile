@@ -32,6 +32,7 @@ test: setup lint
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: setup
 	$(VENV)/bin/eroica bench throughput

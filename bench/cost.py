@@ -18,7 +18,8 @@ rank has the largest S_X of all ranks; for a node fault the node (X = its
 ranks) of all nodes; for a NIC fault (a rail ring is paced by the NIC, every
 ring member alike) the ring that goes through the NIC, of all communicators.
 Job-scope faults have no culprit rank and are reported apart: the peer
-comparison cannot see what every rank shares (see the cost module).
+comparison cannot see what every rank shares; their verdicts state the cost
+their evidence prices (see the cost module).
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ SKIPPED = ("hang",)
 LINK_FAULTS = ("nic", "nic_flaky", "nvlink")
 # a stage holding more layers than the others: the stages are separate roles (the module's limits)
 STAGE_FAULTS = ("pp_imbalance",)
-# causes every rank shares whose ideal (the achievable bandwidth) nothing measured: no verdict prices
-# them and S misses them (cost module docstring); reported, and summarised apart as well
+# causes every rank shares whose ideal is not measured but physical (the bandwidth NCCL reaches over a
+# healthy RDMA fabric: cost.network_excess_ns); reported, and summarised apart as well (the "priced" summary
+# leaves them out, so that the waits' and the measured ideals' own error shows on its own)
 UNPRICED = ("nccl_tcp", "congestion")
 
 

@@ -216,7 +216,7 @@ def cost(seeds: int, scale: str, only: str | None, profile: str, fmt: str) -> No
                       "-" if r.culprit_cost is None else f"{r.culprit_cost:.3f}")
     console.print(table)
     for label, key in (("all scenarios", "all"),
-                       ("all but the causes nothing prices (nccl_tcp, congestion: no measured ideal bandwidth)",
+                       ("all but the causes priced from an assumed healthy bandwidth (nccl_tcp, congestion)",
                         "priced"), ("stragglers (rank, node, link, two faults, healthy)", "stragglers"),
                        ("job-wide and stage faults (priced from their findings' evidence where it measured "
                         "an ideal)", "job_scope")):

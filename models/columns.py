@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 from msgspec.structs import astuple
@@ -111,7 +111,8 @@ def _encode_strings(values: Sequence[str | None]) -> tuple[np.ndarray, list[str]
     else:
         vocab = list(table)
         codes = {k: i for i, k in enumerate(vocab)}
-    return np.fromiter(map(codes.__getitem__, values), dtype=np.int32, count=len(values)), vocab  # type: ignore[arg-type]
+    # every key left in vocab is a str (None was renamed "" above)
+    return np.fromiter(map(codes.__getitem__, values), dtype=np.int32, count=len(values)), cast(list[str], vocab)  # type: ignore[arg-type]
 
 
 _KIND_OF = {k: i for i, k in enumerate(FN_KINDS)}
@@ -165,7 +166,7 @@ def from_records(type_: str, records: Sequence) -> Columns:
         elif dtype == "f8":
             arrays[name] = col.astype(np.float64)  # None -> NaN
         else:
-            absent = np.equal(col, None)
+            absent = np.equal(col, None)  # type: ignore[call-overload]  # an object column: elementwise `is None`
             if absent.any():
                 col = col.copy()
                 col[absent] = -1

@@ -194,7 +194,7 @@ def encode_frame(cols: Columns, meta: dict | None = None) -> bytes:
         if SCHEMAS[cols.type][name] == CAT:
             arr, vocab[name] = _compact(arr, cols.vocab.get(name, []))
         arr = np.ascontiguousarray(arr, dtype=dtype)
-        columns.append([name, arr.dtype.str, memoryview(arr).cast("B")])
+        columns.append([name, arr.dtype.str, arr.data.cast("B")])
     return _pack(COLUMNS, {"t": cols.type, "n": n, "c": columns, "v": vocab, "m": meta or {}})
 
 

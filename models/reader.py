@@ -112,12 +112,12 @@ def open_source(path: str | Path) -> tuple[BinaryIO, str]:
     else:
         raw = open(path, "rb")
         name = str(path)
-    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type,type-var]
     if buffered.peek(2)[:2] == GZIP_MAGIC:
         gz = gzip.GzipFile(fileobj=buffered, mode="rb")
         if raw is not sys.stdin.buffer:
             # GzipFile never closes a fileobj it was given: hand it the file.
-            gz.myfileobj = buffered  # type: ignore[attr-defined]
+            gz.myfileobj = buffered  # type: ignore[attr-defined,assignment]
         return gz, name  # type: ignore[return-value]
     return buffered, name
 
@@ -139,7 +139,8 @@ class Block:
     @property
     def lines(self) -> list[bytes | None]:
         if self._lines is None:
-            self._lines = self.joined.split(b"\n")  # type: ignore[union-attr]
+            assert self.joined is not None  # a block is built with one or the other
+            self._lines = list[bytes | None](self.joined.split(b"\n"))
         return self._lines
 
 
@@ -166,13 +167,13 @@ def iter_blocks(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Ite
             newlines = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == 0x0A)
             count = newlines.size + 1
             if len(body) > max_line_bytes and int(np.diff(newlines, prepend=-1, append=len(body)).max()) - 1 > max_line_bytes:
-                parts: list[bytes | None] = body.split(b"\n")
-                block = Block(lineno + 1, count, None, [p if len(p) <= max_line_bytes else None for p in parts])  # type: ignore[arg-type]
+                block = Block(lineno + 1, count, None,
+                              [p if len(p) <= max_line_bytes else None for p in body.split(b"\n")])
             else:
                 block = Block(lineno + 1, count, body, newlines=newlines)
         else:
-            parts = chunk[:cut].split(b"\n")
-            parts = [None] + [p if len(p) <= max_line_bytes else None for p in parts[1:]]  # type: ignore[operator]
+            parts: list[bytes | None] = [None]  # the rest of the line being skipped
+            parts += [p if len(p) <= max_line_bytes else None for p in chunk[:cut].split(b"\n")[1:]]
             block = Block(lineno + 1, len(parts), None, parts)
             tail = chunk[cut + 1:]
             skipping = False
@@ -265,7 +266,7 @@ def parse_lines(
                 if type(rec) is JobRecord:
                     jobs.append(rec)
                 else:
-                    by_type[rec.__struct_config__.tag].append(rec)
+                    by_type[str(rec.__struct_config__.tag)].append(rec)
                 pending += 1
         if pending + len(invalid) >= batch_records or invalid_bytes >= MAX_INVALID_BYTES:
             yield _flush(by_type, jobs, invalid)

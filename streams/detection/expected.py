@@ -19,7 +19,7 @@ from .findings import Finding
 from .layout import Layout
 from .links import NicAnomaly, group_through
 from .ports import PortMap, classify
-from .patterns import K_KERNEL, K_LOADER, K_OPTIM, K_OTHER, K_PYTHON, Patterns
+from .patterns import K_COLL, K_KERNEL, K_LOADER, K_OPTIM, K_OTHER, K_PYTHON, Patterns
 
 LOADER_BETA = 0.10        # the data loader holds >= 10% of the window on the typical rank
 # Host Python holds >= 25%. The outermost step frame's exclusive time also holds every
@@ -49,8 +49,8 @@ def expected_findings(p: Patterns, layout: Layout, counters: CounterSummary, col
 
     loader = _share_beta(p, (K_LOADER,))
     if np.median(loader) >= LOADER_BETA and np.mean(loader >= LOADER_BETA / 2) >= RANK_SHARE:
-        iowait = [m.get("iowait_pct", np.nan) for m in counters.host.values()]
-        iowait = float(np.nanmedian(iowait)) if np.isfinite(iowait).any() else float("nan")
+        iowaits = [m.get("iowait_pct", np.nan) for m in counters.host.values()]
+        iowait = float(np.nanmedian(iowaits)) if np.isfinite(iowaits).any() else float("nan")
         storage = np.isfinite(iowait) and iowait >= IOWAIT_HIGH_PCT
         out.append(Finding(
             kind="slow", component="storage" if storage else "config", scope="job", fn="DataLoader.__next__",
@@ -218,7 +218,10 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
     evidence: dict = {}
     if np.isfinite(ratio):
         evidence["inter_node_bandwidth_share_of_link"] = {"median": round(ratio, 4), "link_Bps": cap,
-                                                           "groups": names[:8], "ports": ports.summary()}
+                                                           "groups": names[:8], "ports": ports.summary(),
+                                                           # what the cost of a slow fabric is priced from
+                                                           "transfer_ns_per_step": _transfer_ns(coll, set(names))}
+        evidence["collective_ns_per_step"] = _collective_exposure(p, coll)
     # Several nodes marked: the fabric. A node whose rails report no congestion counters at
     # all (the vendor hw_counters are optional) cannot say it is quiet: one marked node
     # beside such a node, with every ring slowed, is the fabric too.
@@ -259,7 +262,14 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
             ))
     nv = nvlink_unused(coll, counters)
     if nv is not None:
-        evidence["nvlink_Bps"] = {"median": nv}
+        intra = [g for g in coll.groups if g.intra_node and not g.p2p and len(g.ranks) >= 2
+                 and np.isfinite(g.bytes_per_step) and g.bytes_per_step >= MIN_COLL_BYTES and np.isfinite(g.bandwidth)]
+        evidence["nvlink_Bps"] = {"median": nv,
+                                  # the intra-node collectives' transfer per step and bus bandwidth off NVLink
+                                  "intra_node_transfer_ns_per_step": _transfer_ns(coll, {g.name for g in intra}),
+                                  "intra_node_bus_Bps": round(float(np.median([bus_bandwidth(g) for g in intra])))
+                                  if intra else float("nan")}
+        evidence.setdefault("collective_ns_per_step", _collective_exposure(p, coll))
         reasons.append("NVLink unused while tensor-parallel collectives run (P2P / NVLink disabled?)")
     if reasons:
         out.append(Finding(
@@ -269,6 +279,36 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
             evidence=evidence, summary="; ".join(reasons),
         ))
     return out
+
+
+def _transfer_ns(coll: CollectiveStats, names: set[str]) -> int:
+    """The typical rank's transfer time per step in the communicators ``names`` (summed over those it is in;
+    the median over their members): what the transfers of a slow path take in each step."""
+    per_rank: dict[int, float] = {}
+    for g in coll.groups:
+        if g.name in names:
+            for r in g.ranks:
+                per_rank[int(r)] = per_rank.get(int(r), 0.0) + g.transfer_per_step
+    return int(round(float(np.median(list(per_rank.values()))))) if per_rank else 0
+
+
+def _collective_exposure(p: Patterns, coll: CollectiveStats) -> dict[str, int]:
+    """The typical rank's collective time on the step's critical path, and its waiting in collectives, per step.
+
+    ``exposed``: the step less what GPU compute, copies and host work hold of its critical path (their
+    exclusive time: a collective overlapped with compute is not exposed); the rest is the collectives'
+    (and any unrecorded gap: an upper bound of what faster collectives can save). Computed from the other
+    kinds' shares rather than the collectives' own, which a window edge cuts short when one collective
+    outlasts the step's remainder in the window. ``waiting``: the median rank's waiting in collectives.
+    """
+    if not p.ranks.size:
+        return {"exposed": 0, "waiting": 0}
+    others = np.nansum(p.beta[:, p.fn_kinds != K_COLL], axis=1)
+    exposed = np.clip(1.0 - others, 0.0, 1.0) * p.step_time_ns
+    ok = np.isfinite(exposed)
+    wait = coll.wait_per_step[np.isfinite(coll.wait_per_step)] if coll.wait_per_step.size else np.zeros(0)
+    return {"exposed": int(round(float(np.median(exposed[ok])))) if ok.any() else 0,
+            "waiting": int(round(float(np.median(wait)))) if wait.size else 0}
 
 
 def _nodes_without_congestion_counters(counters: CounterSummary, ports: PortMap) -> list[str]:
