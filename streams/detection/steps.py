@@ -150,7 +150,8 @@ Rows = TypeVar("Rows", FnRows, RankRows, CollRows, InFlightRows)
 
 def _take(rows: Rows, idx: np.ndarray) -> Rows:
     cls = type(rows)
-    return cls(**{f: [getattr(rows, f)[i] for i in idx.tolist()] for f in cls.__struct_fields__})
+    at = idx.tolist()
+    return cls(**{f: list(map(getattr(rows, f).__getitem__, at)) for f in cls.__struct_fields__})
 
 
 def _merge_fn_edges(f: FnRows) -> FnRows:
