@@ -9,7 +9,9 @@ from eroica.models.columns import from_records
 from eroica.models.records import FnRecord, GpuRecord, HostRecord
 from eroica.streams.detection import detect, detect_window
 from eroica.streams.detection.detector import WARMUP_STEPS
+from eroica.streams.detection.expected import pause_findings
 from eroica.streams.detection.history import JobHistory
+from eroica.streams.detection.patterns import build_patterns
 from eroica.streams.detection.summarise import digest_window
 from eroica.streams.detection.grouping import dense_ids, group_quantiles
 from eroica.streams.detection.intervals import exclusive_time, merge
@@ -180,3 +182,45 @@ def test_digests_of_rank_subsets_merge_to_the_whole_and_survive_the_wire():
     merged = merge_digests(parts)
     assert [v.verdict_id for v in detect(merged)] == [v.verdict_id for v in detect(whole)]
     assert detect(merged)[0].rank == 5
+
+
+def _pausing_job(pauser, steps: int = 4, step0: int = 0):
+    """A lock-step window of ``steps`` 1 s steps over 8 ranks; ``pauser(step)`` gives the rank
+    whose host stalls 400 ms in ``gc.collect`` that step (or None)."""
+    fns = []
+    t = T0 + step0 * 1_100 * MS
+    for step in range(step0, step0 + steps):
+        arrivals = {}
+        for r in range(8):
+            pause = 400 * MS if pauser(step) == r else 0
+            if pause:
+                fns.append(FnRecord(job="j", node=f"n{r // 4}", rank=r, step=step, fn="gc.collect", kind="python",
+                                    ts_ns=t, dur_ns=pause))
+            fns.append(FnRecord(job="j", node=f"n{r // 4}", rank=r, step=step, fn="sm90_xmma_gemm", kind="kernel",
+                                ts_ns=t + pause, dur_ns=500 * MS))
+            arrivals[r] = t + pause + 500 * MS
+        end = max(arrivals.values()) + 10 * MS
+        for r, a in arrivals.items():
+            fns.append(FnRecord(job="j", node=f"n{r // 4}", rank=r, step=step, fn="ncclAllReduce", kind="collective",
+                                ts_ns=a, dur_ns=end - a, op="all_reduce", group="dp", bytes=1 << 20))
+        t = end + 1 * MS
+    return JobWindow("j", T0, T0 + 100 * 10**9, {"fn": from_records("fn", fns)})
+
+
+def test_gc_on_varying_ranks_is_a_pattern_over_windows_not_one_ranks_fault():
+    """Each window of a few long steps holds pauses on two ranks only: alone it cannot tell GC from
+    a rank's problem, but three windows in a row that pause six different ranks are the job's GC.
+    The same pauses always on one rank stay that rank's (no job-wide finding)."""
+    def windows(pauser):
+        recent, found = [], []
+        for w in range(3):
+            p = build_patterns(digest_window(_pausing_job(pauser, step0=4 * w)))
+            step_ns = float(np.median(p.step_time_ns))
+            out, now = pause_findings(p, step_ns, recent)
+            found.append([(f.component, f.scope, f.fn) for f in out])
+            recent = [*recent, now][-2:]
+        return found
+
+    varying = windows(lambda step: (3 * step) % 8 if step % 2 == 0 else None)
+    assert varying[0] == [] and varying[2] == [("python", "job", "gc.collect")]
+    assert windows(lambda step: 5 if step % 2 == 0 else None) == [[], [], []]

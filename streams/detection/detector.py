@@ -29,7 +29,7 @@ from .cost import finding_costs, lost_share, window_cost
 from .counters import CounterSummary, from_digest
 from .findings import Finding, confidence_of
 from .hang import hang_findings
-from .expected import expected_findings
+from .expected import PAUSE_WINDOWS, expected_findings, pause_findings
 from .history import JobHistory
 from .regression import regression_findings, with_window
 from .stages import stage_findings
@@ -108,6 +108,8 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
         findings += stage_findings(p, layout, counters, step_ns)
         findings += link_findings(p, layout, counters, coll, step_ns, anomalies)
         findings += expected_findings(p, layout, counters, coll, anomalies, step_ns)
+        paused, pause_now = pause_findings(p, step_ns, history.pauses)
+        findings += paused
         findings += regression_findings(p, history, step_ns)
         _assign_victims(findings, p, coll, step_ns)
         findings = _drop_explained(findings, p)
@@ -121,6 +123,8 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
     # quantiles, which slower warm-up steps can only raise (never a false regression)
     new_history = with_window(history, p if enough else None, d.start_ns, streak, regressed)
     new_history = msgspec.structs.replace(new_history, first_step=first_step)
+    if p is not None and enough:
+        new_history = msgspec.structs.replace(new_history, pauses=[*history.pauses, pause_now][-(PAUSE_WINDOWS - 1):])
     prices = finding_costs(window_cost(d, p.ranks, layout.peer_groups(p.ranks)) if p is not None and enough else None,
                            findings,
                            meta.world_size if meta is not None and meta.world_size else 0)

@@ -9,6 +9,8 @@ outside the range is abnormal even when all its ranks agree.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from eroica.models.columns import OP_CODE
@@ -16,6 +18,7 @@ from eroica.models.columns import OP_CODE
 from .collectives import CollectiveStats
 from .counters import CounterSummary
 from .findings import Finding
+from .history import PauseRecord, PauseWindow
 from .layout import Layout
 from .links import NicAnomaly, group_through
 from .ports import PortMap, classify
@@ -82,7 +85,6 @@ def expected_findings(p: Patterns, layout: Layout, counters: CounterSummary, col
                     f"(expected < {PYTHON_BETA:.0%}): host syncs or slow Python in the training loop",
         ))
 
-    out += pause_findings(p, step_ns)
     return out + collective
 
 
@@ -90,48 +92,81 @@ PAUSE_COST = 0.05     # pauses cost the job >= 5% of a step on average
 PAUSE_RANKS = 3       # ... spread over at least 3 ranks
 PAUSE_TOP_SHARE = 0.5  # ... none of which holds half of it (that would be one rank's problem)
 PAUSE_EXCLUSIVE = 0.5  # ... and spent mostly in the function itself, not in GPU work it encloses
+# "Varying ranks" is a statement over time: a collector pauses whichever rank it runs on, so a
+# job window of a few long steps holds one or two pauses, on one or two ranks, and alone cannot
+# tell GC from one rank's problem. The pattern is judged over the last three job windows (the
+# current one and the two before it), each of at least MIN_WINDOW_STEPS steps.
+PAUSE_WINDOWS = 3
 
 
-def pause_findings(p: Patterns, step_ns: float) -> list[Finding]:
+def pause_window(p: Patterns, step_ns: float) -> PauseWindow:
+    """This window's sporadic host pauses: functions that run in at most half a rank's steps."""
+    steps = float(np.median(p.steps)) if p.steps.size else 0.0
+    records: list[PauseRecord] = []
+    for f in np.flatnonzero(p.fn_kinds == K_PYTHON):
+        ran = p.count[:, f] > 0
+        if not ran.any() or np.median(p.count[ran, f] / np.maximum(p.steps[ran], 1)) > 0.5:
+            continue
+        for slot in np.flatnonzero(ran):
+            records.append(PauseRecord(p.fn_names[f], int(p.ranks[slot]), float(np.nan_to_num(p.excl_ns[slot, f])),
+                                       int(p.count[slot, f]), float(p.median_ns[slot, f])))
+    return PauseWindow(steps, float(step_ns), records)
+
+
+def pause_findings(p: Patterns, step_ns: float, recent: Sequence[PauseWindow] = ()) -> tuple[list[Finding], PauseWindow]:
     """Long, sporadic host pauses on varying ranks (GC): each stalls the whole lock-step job.
 
     Per-step medians hide them (a rank pauses only now and then) and the peer
     test sees no rank stand out, so this test looks for a host function that
     runs in few steps of each rank, lasts long when it runs, appears on several
-    ranks, and adds up to a real share of the job's time.
+    ranks, and adds up to a real share of the job's time, over this window and
+    the ``recent`` ones before it (:data:`PAUSE_WINDOWS`). Returns the findings
+    and this window's pauses, to remember.
     """
     out: list[Finding] = []
-    steps = float(np.median(p.steps)) if p.steps.size else 0.0
-    if steps <= 0:
-        return out
-    for f in np.flatnonzero(p.fn_kinds == K_PYTHON):
-        ran = p.count[:, f] > 0
-        n_ranks = int(ran.sum())
+    now = pause_window(p, step_ns)
+    windows = [*recent[-(PAUSE_WINDOWS - 1):], now] if PAUSE_WINDOWS > 1 else [now]
+    job_ns = sum(w.steps * w.step_ns for w in windows if w.steps > 0 and w.step_ns > 0)
+    if now.steps <= 0 or job_ns <= 0:
+        return out, now
+    for fn in sorted({r.fn for r in now.records}):
+        recs = [r for w in windows for r in w.records if r.fn == fn]
+        totals: dict[int, float] = {}
+        for r in recs:
+            totals[r.rank] = totals.get(r.rank, 0.0) + r.excl_ns
+        n_ranks = len(totals)
         if n_ranks < PAUSE_RANKS:
             continue
-        sporadic = np.median(p.count[ran, f] / np.maximum(p.steps[ran], 1)) <= 0.5
-        long = np.nanmedian(p.median_ns[ran, f]) >= PAUSE_COST * step_ns
-        totals = np.nan_to_num(p.excl_ns[ran, f])
-        share = totals.sum() / steps / step_ns
-        # A pause holds the critical path itself (the host does nothing the GPU could
-        # overlap): most of each call is its own exclusive time. A frame that encloses
-        # GPU work (an evaluation pass, a step wrapper) only waits for it.
-        per_call_excl = np.nanmedian(p.excl_ns[ran, f] / np.maximum(p.count[ran, f], 1))
-        holds = per_call_excl >= PAUSE_EXCLUSIVE * np.nanmedian(p.median_ns[ran, f])
-        if not (sporadic and long and holds) or share < PAUSE_COST or totals.max() > PAUSE_TOP_SHARE * totals.sum():
+        # Time-weighted: the typical pause is the one that holds most of the time (a collector's
+        # many millisecond young-generation passes beside its seconds-long full ones must not
+        # make "the median pause" a few ms), and ...
+        typical = np.array([r.median_ns for r in recs], dtype=np.float64)
+        spent = np.nan_to_num(typical) * np.array([r.calls for r in recs], dtype=np.float64)
+        order = np.argsort(typical, kind="stable")
+        half = np.searchsorted(np.cumsum(spent[order]), 0.5 * spent.sum()) if spent.sum() > 0 else 0
+        pause = float(typical[order][min(int(half), len(recs) - 1)])
+        long = pause >= PAUSE_COST * step_ns
+        total = float(sum(totals.values()))
+        share = total / job_ns
+        # ... a pause holds the critical path itself (the host does nothing the GPU could
+        # overlap): most of its time is its own exclusive time. A frame that encloses GPU
+        # work (an evaluation pass, a step wrapper) only waits for it.
+        holds = total >= PAUSE_EXCLUSIVE * float(spent.sum())
+        top = max(totals.values())
+        if not (long and holds) or share < PAUSE_COST or top > PAUSE_TOP_SHARE * total:
             continue
         out.append(Finding(
-            kind="slow", component="python", scope="job", fn=p.fn_names[f],
+            kind="slow", component="python", scope="job", fn=fn,
             slowdown=float(1.0 + share), score=float(n_ranks),
             confidence=round(float(min(0.95, 0.3 + share * 4)), 3), peers=[int(r) for r in p.ranks],
-            culprits=[], evidence={p.fn_names[f]: {
-                "cost_share_of_step": round(float(share), 4), "ranks_pausing": n_ranks,
-                "median_pause_ns": round(float(np.nanmedian(p.median_ns[ran, f]))),
-                "largest_rank_share": round(float(totals.max() / totals.sum()), 3)}},
-            summary=(f"{p.fn_names[f]} pauses ({np.nanmedian(p.median_ns[ran, f]) / 1e6:.0f} ms) on {n_ranks} "
-                     f"different ranks stall the whole job for {share:.0%} of its time (e.g. garbage collection)"),
+            culprits=[], evidence={fn: {
+                "cost_share_of_step": round(share, 4), "ranks_pausing": n_ranks,
+                "median_pause_ns": round(pause), "largest_rank_share": round(top / total, 3),
+                "windows": len(windows)}},
+            summary=(f"{fn} pauses ({pause / 1e6:.0f} ms) on {n_ranks} different ranks stall the whole job "
+                     f"for {share:.0%} of its time (e.g. garbage collection)"),
         ))
-    return out
+    return out, now
 
 
 def _conf(strength: float) -> float:

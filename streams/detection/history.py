@@ -12,6 +12,24 @@ import msgspec
 from eroica.models.digest import WindowDigest
 
 
+class PauseRecord(msgspec.Struct, array_like=True):
+    """One rank's sporadic host pauses of one function in one job window."""
+
+    fn: str
+    rank: int
+    excl_ns: float      # summed exclusive time of its calls
+    calls: int
+    median_ns: float    # typical call
+
+
+class PauseWindow(msgspec.Struct):
+    """The sporadic host pauses of one job window (:func:`.expected.pause_findings`)."""
+
+    steps: float        # the window's steps (median over ranks)
+    step_ns: float
+    records: list[PauseRecord] = []
+
+
 class JobHistory(msgspec.Struct):
     job: str = ""
     windows: int = 0                    # windows analysed so far
@@ -25,6 +43,8 @@ class JobHistory(msgspec.Struct):
     pending: list[WindowDigest] = []
     # ... and the incomplete steps the last job window left over
     carry: WindowDigest | None = None
+    # the sporadic host pauses of the last job windows (GC on varying ranks is a pattern in time)
+    pauses: list[PauseWindow] = []
 
 
 _encoder = msgspec.msgpack.Encoder()
