@@ -238,6 +238,12 @@ class JobClock:
         self.seen[job] = now
 
 
+# After the broker answers again, a publisher needs up to librdkafka's reconnect backoff
+# (reconnect.backoff.max.ms, 10 s) to reach it and resend what it held, and longer on a
+# loaded machine: no partition counts as drained before this much broker uptime.
+RECOVERY_GRACE_S = 20.0
+
+
 class InputDrain:
     """Which partitions have no input left, from the broker's end offsets and the read positions.
 
@@ -245,14 +251,16 @@ class InputDrain:
     restarts takes longer than the idle timeout, and the records it held would
     then arrive after their windows closed, as late records, and be dropped.
     A broker that does not answer (``ends`` None) drains nothing; once it
-    answers again every job gets a fresh idle period (what it held is still
-    on its way: publishers reconnect and resend); after that a partition is
-    drained when every record up to its end offset has been read.
+    answers again nothing is drained for :data:`RECOVERY_GRACE_S` and every
+    job gets a fresh idle period (what the publishers held is still on its
+    way: they reconnect and resend); after that a partition is drained when
+    every record up to its end offset has been read.
     """
 
     def __init__(self, clock: JobClock) -> None:
         self.clock = clock
         self.held = False
+        self.recovered_at = float("-inf")
 
     def drained(self, ends: dict[int, int] | None, read_to: dict[int, int], now: float) -> set[int]:
         if ends is None:
@@ -260,8 +268,10 @@ class InputDrain:
             return set()
         if self.held:
             self.held = False
+            self.recovered_at = now
             for job in list(self.clock.seen):
                 self.clock.saw(job, now)
+        if now - self.recovered_at < RECOVERY_GRACE_S:
             return set()
         return {p for p, end in ends.items() if read_to.get(p, 0) >= end}
 
