@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -43,7 +44,13 @@ def test_demo_names_the_throttled_gpu_and_keeps_its_data(tmp_path: Path) -> None
         data = kept.group(1)
         job = re.search(r"verdict\(s\) for job (\S+) landed", r.stdout).group(1)
         assert f"eroica verdicts --data-dir {data} --since 1h" in r.stdout
-        assert f"eroica sql --data-dir {data} 'SELECT" in r.stdout and "FROM eroica.verdicts FINAL" in r.stdout
+        # the printed `eroica sql` line runs as a shell would split it (its quoting may be ' or ")
+        (line,) = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("eroica sql --data-dir")]
+        argv = shlex.split(line)
+        assert argv[:3] == ["eroica", "sql", "--data-dir"] and argv[3] == data and "FROM eroica.verdicts FINAL" in argv[4]
+        q = subprocess.run([sys.executable, "-m", "eroica.cli", *argv[1:]], capture_output=True, text=True,
+                           timeout=120, env=env)
+        assert q.returncode == 0 and "rank 5 on node-1" in q.stdout, q.stdout + q.stderr
         # what it printed works: the stopped stack's chdb directory is opened directly
         v = subprocess.run([sys.executable, "-m", "eroica.cli", "verdicts", "--data-dir", data, "--since", "1h",
                             "--format", "json"], capture_output=True, text=True, timeout=120, env=env)
