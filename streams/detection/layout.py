@@ -1,8 +1,9 @@
 """Who is who in a job: rank -> node, pipeline stage, data-parallel index and role.
 
 Taken from the optional ``job`` record when present, else inferred from the
-records themselves (every fn / gpu record names its rank's node; without a job
-record all ranks share one role).
+records themselves: every fn / gpu record names its rank's node, and the
+communicators the ranks use give the pipeline stages (:func:`stages_from_communicators`).
+Without a job record and without a pipeline, all ranks share one role.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from eroica.models.digest import WindowDigest
+from eroica.models.digest import CollRows, WindowDigest
 from eroica.models.records import JobRecord
 
 # A peer group split by tensor-parallel position must keep this many ranks, or
@@ -71,6 +72,74 @@ def _tp_positions(meta: JobRecord) -> dict[int, str]:
     return out
 
 
+class _Sets:
+    """Union-find over ranks (path halving); roots are the smallest member, so results do not
+    depend on the order groups are met."""
+
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+
+    def find(self, r: int) -> int:
+        self.parent.setdefault(r, r)
+        while self.parent[r] != r:
+            self.parent[r] = self.parent[self.parent[r]]
+            r = self.parent[r]
+        return r
+
+    def join(self, members: list[int]) -> None:
+        roots = sorted({self.find(m) for m in members})
+        for other in roots[1:]:
+            self.parent[other] = roots[0]
+
+
+def stages_from_communicators(colls: CollRows, ranks: list[int]) -> dict[int, int]:
+    """Pipeline stages read from who talks to whom, for jobs without a ``job`` record.
+
+    A pipeline's point-to-point communicators join the stages of one replica, so
+    two ranks that share one (directly or along the chain) are in *different*
+    stages. Every other communicator (data- and tensor-parallel, expert) stays
+    inside a stage, except those that tie stages of one replica together, such
+    as Megatron's embedding all-reduce between the first and last stage: a
+    collective group with two members in the same point-to-point chain is
+    therefore not a stage's and is left out. The stages are the components of
+    the remaining groups. They count only when they partition every rank that
+    reports into at least two equal parts (a pipeline's stages hold the same
+    number of ranks); otherwise there is no pipeline to read and the answer is
+    empty. Stages are numbered by their smallest rank, the stage-major rank
+    order of Megatron-LM and torch's pipelining (the number is a label; only
+    the partition is used to compare).
+    """
+    if not colls.rank:
+        return {}
+    members: dict[tuple[bool, str], set[int]] = {}
+    for r, g, p2p in zip(colls.rank, colls.group, colls.p2p or [False] * len(colls.rank)):
+        if g:
+            members.setdefault((bool(p2p), g), set()).add(int(r))
+    chains = _Sets()
+    for (p2p, _), m in sorted(members.items()):
+        if p2p:
+            chains.join(sorted(m))
+    if not chains.parent:
+        return {}
+    stages = _Sets()
+    for (p2p, _), m in sorted(members.items()):
+        if p2p:
+            continue
+        chain_of = [chains.find(r) for r in m]
+        if len(set(chain_of)) < len(chain_of):
+            continue   # ties stages of one pipeline replica together: not a stage's group
+        stages.join(sorted(m))
+    everyone = sorted({int(r) for r in ranks})
+    parts: dict[int, list[int]] = {}
+    for r in everyone:
+        parts.setdefault(stages.find(r), []).append(r)
+    sizes = {len(m) for m in parts.values()}
+    if len(parts) < 2 or len(sizes) != 1:
+        return {}
+    order = sorted(parts, key=lambda root: min(parts[root]))
+    return {r: i for i, root in enumerate(order) for r in parts[root]}
+
+
 def infer_layout(d: WindowDigest, meta: JobRecord | None) -> Layout:
     rank_node: dict[int, str] = dict(zip(d.ranks.rank, d.ranks.node))
     rank_stage: dict[int, int] = {}
@@ -82,4 +151,6 @@ def infer_layout(d: WindowDigest, meta: JobRecord | None) -> Layout:
             rank_stage = {i: int(s) for i, s in enumerate(meta.rank_stages)}
         rank_role = ({i: str(r) for i, r in enumerate(meta.rank_roles)} if meta.rank_roles
                      else _tp_positions(meta))
+    if not rank_stage:
+        rank_stage = stages_from_communicators(d.colls, sorted(set(d.ranks.rank) | set(d.fns.rank)))
     return Layout(rank_node, rank_stage, rank_role, bool(meta is not None and meta.rank_roles))
