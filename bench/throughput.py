@@ -76,8 +76,8 @@ from eroica.models.digest import decode_digest, encode_digest
 from eroica.models.frames import decode_frame, encode_frame
 from eroica.models.reader import read_batches
 from eroica.models.records import Record
-from eroica.producers.kafka.framing import FrameAccumulator
-from eroica.producers.kafka.replay import MAX_LAG_NS
+from eroica.kafka.framing import FrameAccumulator
+from eroica.producers.replay import MAX_LAG_NS
 from eroica.producers.simulator import SimConfig, write_jsonl
 from eroica.streams.detection import DEFAULT_WINDOW_S, analyze_windows
 from eroica.streams.detection.detector import detect_step, flush_job
@@ -565,9 +565,9 @@ def _broker_stage(kind: str, framed: list[tuple[str, int, bytes]], work: Path,
                   traced: bool) -> tuple[int, Usage, dict[str, Any]]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    from eroica.producers.kafka.config import KafkaConfig
-    from eroica.producers.kafka.publisher import FramePublisher
-    from eroica.stack.tansu import create_topics
+    from eroica.kafka.config import KafkaConfig
+    from eroica.kafka.publisher import FramePublisher
+    from eroica.kafka.admin import create_topics
 
     if kind == "tansu":
         from eroica.stack.tansu import TansuBroker

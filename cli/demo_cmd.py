@@ -24,7 +24,7 @@ def demo(nodes: int, gpus: int, steps: int, fault: str, timeout_s: float, keep: 
     from eroica.sinks.clickhouse.client import ClickHouseError
     from eroica.stack.demo import run_demo
     from eroica.stack.local import StackError
-    from eroica.stack.tansu import BrokerError
+    from eroica.kafka.admin import BrokerError
 
     from .sql_cmd import _cell
     from .tables import console, print_rows, wrap

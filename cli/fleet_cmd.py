@@ -34,7 +34,7 @@ def fleet(since: str, fmt: str, drain: bool, min_jobs: int, clickhouse_url: str 
     """
     from eroica.sinks.clickhouse.client import ClickHouseError
     from eroica.sinks.clickhouse.fleet import drain_list, fleet_rows, fleet_sql, job_ends_sql
-    from eroica.sinks.report.query import table_names
+    from eroica.report.query import table_names
 
     since_ns = parse_since(since)
     try:

@@ -59,9 +59,9 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
       eroica replay run.jsonl.gz --rate 20000
       eroica simulate -o - --fault nic:node=2 | eroica replay -
     """
-    from eroica.producers.kafka.config import KafkaConfig
-    from eroica.producers.kafka.replay import ReplayError, ReplayResult
-    from eroica.producers.kafka.replay import replay as run_replay
+    from eroica.kafka.config import KafkaConfig
+    from eroica.producers.replay import ReplayError, ReplayResult
+    from eroica.producers.replay import replay as run_replay
 
     logging.basicConfig(level=logging.WARNING, format="eroica: %(message)s", stream=sys.stderr)
     per_s = _parse_rate(rate)
@@ -94,7 +94,7 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
 
     publisher = None
     if progress_wanted(not quiet):
-        from eroica.producers.kafka.publisher import FramePublisher
+        from eroica.kafka.publisher import FramePublisher
 
         publisher = _Counting(FramePublisher.for_replay(config))
     try:

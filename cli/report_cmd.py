@@ -49,7 +49,7 @@ def report(files: tuple[str, ...], job: str | None, output: Path, window_s: floa
       eroica report --job sim-1 --since 2h -o sim-1.html
       eroica report --job sim-1 --clickhouse clickhouse://127.0.0.1:9000/eroica
     """
-    from eroica.sinks.report.render import render_page
+    from eroica.report.render import render_page
 
     if not files and not job:
         raise click.UsageError("give FILE(s) to analyse, or --job J to read a job from ClickHouse")
@@ -72,8 +72,8 @@ def report(files: tuple[str, ...], job: str | None, output: Path, window_s: floa
 
 def _from_files(files: tuple[str, ...], job: str | None, window_s: float, quiet: bool) -> list:
     from eroica.models.reader import read_batches
-    from eroica.sinks.report.core import run_core
-    from eroica.sinks.report.data import from_windows
+    from eroica.report.core import run_core
+    from eroica.report.data import from_windows
 
     from .progress import track_batches
 
@@ -114,8 +114,8 @@ def _from_files(files: tuple[str, ...], job: str | None, window_s: float, quiet:
 
 def _from_clickhouse(job: str, since: str | None, clickhouse_url: str | None, data_dir: Path | None) -> list:
     from eroica.sinks.clickhouse.client import ClickHouseError
-    from eroica.sinks.report.data import from_rows
-    from eroica.sinks.report.query import load_job
+    from eroica.report.data import from_rows
+    from eroica.report.query import load_job
     from .verdicts_cmd import parse_since
 
     since_ns = parse_since(since)

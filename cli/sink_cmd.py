@@ -8,8 +8,6 @@ the last batch is inserted and committed before it exits.
 
 from __future__ import annotations
 
-import logging
-import signal
 import sys
 
 import click
@@ -32,34 +30,13 @@ ClickHouse), 2 usage error.""")
 def sink(bootstrap: str | None, clickhouse_url: str | None, http_port: str | None, group_id: str | None,
          log_level: str) -> None:
     """Store verdicts and window summaries from Kafka in ClickHouse (commits only what is stored)."""
-    from eroica.sinks.clickhouse.client import ClickHouseError
-    from eroica.sinks.clickhouse.worker import SinkWorker
+    from eroica.sinks.clickhouse.worker import serve
     from eroica.sinks.clickhouse.worker_config import SinkWorkerConfig
 
-    logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
-                        format="%(asctime)s eroica sink %(levelname)s: %(message)s")
-    from eroica.stack.logfilter import install as limit_repeats
-
-    limit_repeats()  # one line per kind of error every 30 s while the broker or ClickHouse is away
     overrides = {"group_id": group_id} if group_id else {}
     try:
         config = SinkWorkerConfig.from_env(bootstrap=bootstrap, clickhouse_url=clickhouse_url,
                                            http_port="env" if http_port is None else http_port, **overrides)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    worker = SinkWorker(config)
-
-    def on_signal(signum: int, _frame: object) -> None:
-        logging.getLogger("eroica.sink").info("%s: finishing the current batch", signal.Signals(signum).name)
-        worker.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
-        stats = worker.run()
-    except ClickHouseError as exc:
-        click.echo(f"eroica sink: {exc}", err=True)
-        sys.exit(1)
-    click.echo(f"eroica sink: stopped; {stats.consumed} messages, {stats.verdicts} verdict rows, "
-               f"{stats.summaries} summary rows, {stats.deadletters} dead letters, {stats.commits} commits",
-               err=True)
+    sys.exit(serve(config, log_level))

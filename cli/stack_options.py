@@ -1,4 +1,4 @@
-"""How every command that talks to a stack finds it: one place, reading ``stack/state.py``.
+"""How every command that talks to a stack finds it: one place, reading ``runtime/state.py``.
 
 ``replay``, ``alert`` (Kafka) and ``status``, ``verdicts``, ``sql``,
 ``report --job`` (ClickHouse) resolve their target in the same order:
@@ -27,7 +27,7 @@ import click
 
 if TYPE_CHECKING:
     from eroica.stack.query import QueryTarget
-    from eroica.stack.state import RunningStack
+    from eroica.runtime.state import RunningStack
 
 DATA_DIR_HELP = "Stack data directory [default: $EROICA_DATA_DIR or ~/.local/share/eroica]."
 
@@ -71,14 +71,14 @@ def kafka_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def resolve_data_dir(data_dir: Path | None) -> Path:
-    from eroica.stack.state import default_data_dir
+    from eroica.runtime.state import default_data_dir
 
     return (data_dir or default_data_dir()).expanduser()
 
 
 def running_stack(data_dir: Path | None) -> RunningStack | None:
     """The stack `eroica up` runs in the data directory, or None."""
-    from eroica.stack.state import find_stack
+    from eroica.runtime.state import find_stack
 
     return find_stack(resolve_data_dir(data_dir))
 

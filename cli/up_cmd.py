@@ -3,7 +3,7 @@
 Broker (tansu, or Apache Kafka with ``--broker kafka``; none with ``--kafka``), topics, ``eroica worker summariser``,
 ``eroica worker detector`` and ``eroica sink`` (chdb in the data directory,
 unless ``--clickhouse``), supervised; state in ``DATA_DIR/stack.json`` (see
-``stack/state.py``). One stack per data directory (a lock file enforces it).
+``runtime/state.py``). One stack per data directory (a lock file enforces it).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class _Interrupted(Exception):
 
 def _lock(data_dir: Path) -> IO[str]:
     """Hold ``stack.lock`` for this process's lifetime; UsageError when another stack holds it."""
-    from eroica.stack.state import LOCK_FILE, read_state
+    from eroica.runtime.state import LOCK_FILE, read_state
 
     data_dir.mkdir(parents=True, exist_ok=True)
     handle = open(data_dir / LOCK_FILE, "a+")
@@ -71,7 +71,7 @@ def up(data_dir: Path | None, bootstrap: str | None, broker_kind: str | None, cl
        restart_window: float) -> None:
     """Run broker, stream workers and ClickHouse sink on this machine until Ctrl-C."""
     from eroica.stack.local import LocalStack, StackError
-    from eroica.stack.tansu import BrokerError
+    from eroica.kafka.admin import BrokerError
 
     if clickhouse_url and not clickhouse_url.startswith(("clickhouse://", "clickhouses://", "chdb://")):
         raise click.BadParameter("use clickhouse://HOST:9000/DB (or chdb:///DIR)", param_hint="--clickhouse")

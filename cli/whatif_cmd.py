@@ -61,7 +61,7 @@ def render_table(results: list[dict]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from eroica.sinks.report.render import column_labels
+    from eroica.report.render import column_labels
 
     from .tables import console as make_console
     from .tables import wrap

@@ -35,7 +35,7 @@ def worker(role: str, bootstrap: str | None, app_id: str | None, window_s: float
     EROICA_DATA_DIR, EROICA_WEB_PORT (0 = a free port, off = none),
     EROICA_SHUTDOWN_TIMEOUT_S, EROICA_LOG_LEVEL, EROICA_INGEST.
     """
-    from eroica.producers.kafka.config import KafkaConfig
+    from eroica.kafka.config import KafkaConfig
     from eroica.streams.faust.settings import WorkerSettings
 
     try:

@@ -2,10 +2,10 @@
 
 Every part that creates topics (``eroica up``, the stream workers, the sink,
 the alert consumer, ``eroica replay``) calls :func:`create_topics` here with
-a :class:`~eroica.producers.kafka.config.KafkaConfig` (or a bare bootstrap
+a :class:`~eroica.kafka.config.KafkaConfig` (or a bare bootstrap
 string, which means plaintext with the defaults), so topics get the same
 partitioning, replication and configs, over the same TLS/SASL connection as
-everything else (:mod:`eroica.producers.kafka.client`).
+everything else (:mod:`eroica.kafka.client`).
 """
 
 from __future__ import annotations

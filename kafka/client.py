@@ -1,4 +1,4 @@
-"""Kafka client settings, built in one place from :class:`~eroica.producers.kafka.config.KafkaConfig`.
+"""Kafka client settings, built in one place from :class:`~eroica.kafka.config.KafkaConfig`.
 
 Every Kafka client Eroica opens gets its connection settings here: bootstrap
 servers, TLS, SASL/SCRAM and ``client.id`` (``<EROICA_KAFKA_CLIENT_ID>-<role>``),
@@ -66,7 +66,7 @@ def connection_conf(config: KafkaConfig) -> dict[str, Any]:
 
 def consumer_conf(config: KafkaConfig, role: str, group_id: str, *, session_timeout_ms: int = 6000,
                   logger: Any = None, **extra: Any) -> dict[str, Any]:
-    """A consumer that commits by hand only (at-least-once: :mod:`eroica.producers.kafka.loop`).
+    """A consumer that commits by hand only (at-least-once: :mod:`eroica.kafka.loop`).
 
     ``fetch.wait.max.ms`` 100: it bounds only empty fetches (Kafka answers as
     soon as data is there), and on tansu the 500 ms default added lag.

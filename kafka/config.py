@@ -37,7 +37,7 @@ EROICA_KAFKA_SSL_VERIFY_HOSTNAME    on                   check the broker's name
 
 Every Kafka client of Eroica (librdkafka producers, consumers and admin
 clients, faust's and aiokafka's) gets its connection settings from this object
-through :mod:`eroica.producers.kafka.client`; nothing else builds them.
+through :mod:`eroica.kafka.client`; nothing else builds them.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class KafkaConfig:
     queue_max_messages: int = 10000
     queue_max_kbytes: int = 65536
     delivery_timeout_ms: int = 60000
-    # Connection and identity (eroica.producers.kafka.client turns them into client settings).
+    # Connection and identity (eroica.kafka.client turns them into client settings).
     client_id: str = "eroica"
     security_protocol: str = "plaintext"
     sasl_mechanism: str = "SCRAM-SHA-512"

@@ -7,7 +7,7 @@ message, and how to *write* a batch (INSERT it, deliver the notifications it
 caused and save the state file...). The loop owns everything else:
 
 1. consume the subscribed topics in the consumer's group, auto-commit off
-   (:func:`eroica.producers.kafka.client.consumer_conf`);
+   (:func:`eroica.kafka.client.consumer_conf`);
 2. decode each message (``Handler.decode``); one that raises -- any exception:
    :class:`Rejected` with its reason, or RecursionError, MemoryError... -- is
    queued for the dead-letter topic **whole** (``raw``, or past 900 KiB a
@@ -313,7 +313,7 @@ class ConsumeLoop:
 
     def handle(self, msg: Any) -> Entry:
         """Decode one message into the batch, or queue its dead letter."""
-        from eroica.stack import metrics
+        from eroica.runtime import metrics
 
         entry = Entry(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
         _bump(self.stats, "consumed")
@@ -329,7 +329,7 @@ class ConsumeLoop:
         return entry
 
     def _reject(self, entry: Entry, reason: str) -> None:
-        from eroica.stack import metrics
+        from eroica.runtime import metrics
 
         entry.reject(reason)
         metrics.invalid(self.component, reason)
@@ -437,7 +437,7 @@ class ConsumeLoop:
         """Synchronously commit exactly the batch's offsets (called only after its write)."""
         from confluent_kafka import TopicPartition
 
-        from eroica.stack import metrics
+        from eroica.runtime import metrics
 
         if not batch.offsets or self.consumer is None:
             return True

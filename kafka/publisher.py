@@ -37,7 +37,7 @@ from types import TracebackType
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from eroica.stack import metrics
+from eroica.runtime import metrics
 
 from .config import KafkaConfig
 
@@ -208,7 +208,7 @@ class FramePublisher:
 
     def _drop(self, topic: str) -> None:
         self.stats.dropped += 1
-        metrics.queue_drop("publisher")  # eroica_producer_queue_drops_total (stack/metrics.py)
+        metrics.queue_drop("publisher")  # eroica_producer_queue_drops_total (runtime/metrics.py)
         now = time.monotonic()
         if now - self._last_drop_warning >= DROP_WARNING_INTERVAL_S:
             self._last_drop_warning = now

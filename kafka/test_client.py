@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from eroica.producers.kafka.client import (admin_conf, aiokafka_kwargs, consumer_conf, faust_broker_kwargs,
+from eroica.kafka.client import (admin_conf, aiokafka_kwargs, consumer_conf, faust_broker_kwargs,
                                            producer_conf)
-from eroica.producers.kafka.config import KafkaConfig
+from eroica.kafka.config import KafkaConfig
 
 
 def test_plaintext_defaults() -> None:

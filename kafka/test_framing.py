@@ -10,8 +10,8 @@ import pytest
 
 from eroica.models.columns import empty, to_records
 from eroica.models.reader import parse_lines
-from eroica.producers.kafka.config import KafkaConfig
-from eroica.producers.kafka.framing import FrameAccumulator, frame_key, split_frames
+from eroica.kafka.config import KafkaConfig
+from eroica.kafka.framing import FrameAccumulator, frame_key, split_frames
 
 
 def _columns(lines: list[dict]):
@@ -161,7 +161,7 @@ def _reference_frames(batches: list, size: int, lag: int | None) -> dict:
 @pytest.mark.parametrize("size,lag,reset", [(30, None, None), (7, 40, None), (25, 0, None), (30, 100, 5)])
 def test_accumulator_equals_per_key_reference(size: int, lag: int | None, reset: int | None,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    import eroica.producers.kafka.framing as framing
+    import eroica.kafka.framing as framing
 
     if reset is not None:
         monkeypatch.setattr(framing, "VOCAB_RESET", reset)   # vocabularies start afresh often

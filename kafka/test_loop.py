@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from eroica.producers.kafka.loop import Batch, ConsumeLoop, LoopSettings, Rejected, Retry
+from eroica.kafka.loop import Batch, ConsumeLoop, LoopSettings, Rejected, Retry
 
 TOPIC = "t.in"
 DLQ = "t.deadletter"

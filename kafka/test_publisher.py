@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from eroica.producers.kafka.config import KafkaConfig
-from eroica.producers.kafka.publisher import FramePublisher
-from eroica.stack.tansu import free_port
+from eroica.kafka.config import KafkaConfig
+from eroica.kafka.publisher import FramePublisher
+from eroica.runtime.system import free_port
 
 
 def _dead_config(**kw: int) -> KafkaConfig:
@@ -20,7 +20,7 @@ def _dead_config(**kw: int) -> KafkaConfig:
 def test_live_agent_drops_new_messages_at_once_and_warns(caplog: pytest.LogCaptureFixture) -> None:
     pub = FramePublisher.for_live_agent(_dead_config(queue_max_messages=20))
     start = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="eroica.producers.kafka.publisher"):
+    with caplog.at_level(logging.WARNING, logger="eroica.kafka.publisher"):
         sent = [pub.publish("t", b"x" * 1000, key="j/0") for _ in range(100)]
     assert time.monotonic() - start < 0.5  # the training job never waits
     assert sent == [True] * 20 + [False] * 80

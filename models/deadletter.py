@@ -1,7 +1,7 @@
 """The raw part of every dead letter: the whole rejected payload, or a durable reference to it.
 
 Shared by every producer of dead letters (the reader's rejects through
-``producers/kafka/deadletter.py``, the stream workers, the ClickHouse sink,
+``kafka/deadletter.py``, the stream workers, the ClickHouse sink,
 the alert consumer), so they all have one form; see that module for the
 message layout.
 """

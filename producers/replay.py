@@ -29,14 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from eroica.kafka.admin import BrokerError, create_topics, wait_for_broker
+from eroica.kafka.config import KafkaConfig
+from eroica.kafka.deadletter import publish_invalid
+from eroica.kafka.framing import FrameAccumulator, FrameSlice
+from eroica.kafka.publisher import FramePublisher, PublisherStats
 from eroica.models.frames import EndOfStream, encode_end_of_stream, encode_frame, encode_job
 from eroica.models.reader import DEFAULT_BATCH, read_batches
-
-from .admin import BrokerError, create_topics, wait_for_broker
-from .config import KafkaConfig
-from .deadletter import publish_invalid
-from .framing import FrameAccumulator, FrameSlice
-from .publisher import FramePublisher, PublisherStats
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ Two sinks with one interface (``write`` a list of contract structs, ``close``):
 
 ``KafkaSink``
     Cuts records into columnar frames keyed ``job/rank`` or ``job/node``
-    (:class:`~eroica.producers.kafka.framing.FrameAccumulator`, the same
+    (:class:`~eroica.kafka.framing.FrameAccumulator`, the same
     framing as ``eroica replay``) and publishes them with
     :meth:`FramePublisher.for_live_agent`: a full producer queue drops and
     counts, it never blocks the caller. Held remainders go out at the latest
@@ -80,9 +80,9 @@ class KafkaSink:
     """Publishes records as frames on the raw topic; never blocks (drops and counts when full)."""
 
     def __init__(self, bootstrap: str, *, linger_s: float = 1.0, publisher=None, config=None) -> None:
-        from eroica.producers.kafka.config import KafkaConfig
-        from eroica.producers.kafka.framing import FrameAccumulator
-        from eroica.producers.kafka.publisher import FramePublisher
+        from eroica.kafka.config import KafkaConfig
+        from eroica.kafka.framing import FrameAccumulator
+        from eroica.kafka.publisher import FramePublisher
 
         self.config = config or KafkaConfig.from_env(bootstrap=bootstrap)
         self.publisher = publisher or FramePublisher.for_live_agent(self.config)

@@ -14,8 +14,8 @@ from eroica.models.columns import concat, to_records
 from eroica.models.frames import (
     COLUMNS, END_OF_STREAM, JOB, decode_end_of_stream, decode_frame, decode_job, frame_kind,
 )
-from eroica.producers.kafka.replay import replay
-from eroica.stack.tansu import free_port
+from eroica.producers.replay import replay
+from eroica.runtime.system import free_port
 
 MALFORMED_LINE = 7
 

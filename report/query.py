@@ -13,7 +13,7 @@ from typing import Any
 
 from eroica.models.verdict import Verdict
 from eroica.sinks.clickhouse.config import DEFAULT_URL, ClickHouseConfig
-from eroica.stack.state import live_state
+from eroica.runtime.state import live_state
 
 __all__ = ["load_job", "summaries_sql", "sql_string", "table_names"]
 

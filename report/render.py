@@ -1,4 +1,4 @@
-"""One self-contained HTML page from :class:`~eroica.sinks.report.data.JobReport` s (pure, no I/O).
+"""One self-contained HTML page from :class:`~eroica.report.data.JobReport` s (pure, no I/O).
 
 Everything is inline (CSS, a few lines of JS, SVG charts), nothing is fetched:
 the page opens from a mail attachment or an air-gapped laptop. The numbers

@@ -53,7 +53,7 @@ and ``serve("summariser")`` once at process start.
 
 Wired: the sink worker (``sinks/clickhouse/worker.py``), the alert consumer
 (``sinks/alerts/consumer.py``), the Kafka publisher's queue drops
-(``producers/kafka/publisher.py``) and the stream workers:
+(``kafka/publisher.py``) and the stream workers:
 
 - ``streams/faust/workers.py``, where a worker process starts: ``serve(role)``;
 - ``streams/faust/summariser.py`` ``_on_frame`` (beside ``stats.records += n``):
@@ -210,7 +210,7 @@ class MetricsServer:
         self.announced: Path | None = None
 
     def announce(self, data_dir: Path) -> None:
-        from eroica.sinks.clickhouse.endpoint import atomic_write_json
+        from eroica.runtime.system import atomic_write_json
 
         path = Path(data_dir) / METRICS_FILE
         atomic_write_json(path, {"version": 1, "pid": os.getpid(), "url": self.url, "component": self.component,

@@ -28,7 +28,8 @@ working directory. Layout::
      "services": {
        "summariser": {"pid": 1236, "port": 40126, "health_url": "http://127.0.0.1:40126/eroica/stats",
                       "state": "running", "restarts": 0, "recent_restarts": 0, "exit_code": null,
-                      "log": ".../logs/summariser.log", "argv": ["...", "worker", "summariser"]},
+                      "log": ".../logs/summariser.log",
+                      "argv": ["...", "-m", "eroica.streams.faust", "summariser"]},
        "detector": {...},
        "sink": {"pid": 1238, "port": 40125, "health_url": "http://127.0.0.1:40125/health", ...}
      }
@@ -43,7 +44,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
-from eroica.sinks.clickhouse.endpoint import atomic_write_json, pid_alive
+from eroica.runtime.system import atomic_write_json, pid_alive
 
 __all__ = ["STATE_FILE", "LOCK_FILE", "default_data_dir", "read_state", "write_state", "remove_state",
            "live_state", "RunningStack", "find_stack"]

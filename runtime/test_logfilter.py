@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from eroica.stack.logfilter import RepeatFilter
+from eroica.runtime.logfilter import RepeatFilter
 
 
 def test_repeated_messages_are_rate_limited_with_a_count() -> None:

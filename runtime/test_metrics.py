@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eroica.stack import health, metrics
+from eroica.runtime import metrics
+from eroica.stack import health
 
 
 def test_reason_labels_are_normalised_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

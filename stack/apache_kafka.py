@@ -33,7 +33,7 @@ Choices (measured on the 2-core machines, Kafka 4.1.1, Java 17):
   and its partitions get new leaders, within ~4 s instead of ~9 s.
 - ``auto.create.topics.enable`` stays on, like tansu, with
   ``num.partitions=8`` (``EROICA_KAFKA_PARTITIONS``'s default); Eroica creates
-  its topics explicitly anyway (``eroica.stack.tansu.create_topics``, with the
+  its topics explicitly anyway (``eroica.kafka.admin.create_topics``, with the
   broker's default replication factor).
 """
 
@@ -56,7 +56,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Mapping
 
-from .tansu import BrokerError, _quiet_admin, free_port
+from eroica.kafka.admin import BrokerError
+from eroica.runtime.system import free_port
+
+from .tansu import _quiet_admin
 
 __all__ = ["KAFKA_VERSION", "KafkaCluster", "java_binary", "kafka_libs", "kafka_available", "KAFKA_MAIN"]
 

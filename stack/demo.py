@@ -77,7 +77,7 @@ def run_demo(*, nodes: int = 8, gpus: int = 8, steps: int = 40, fault: str = DEM
     """Run the demo; the caller prints the result. The stack is always stopped on return."""
     import os
 
-    from eroica.producers.kafka.replay import replay
+    from eroica.producers.replay import replay
     from eroica.producers.simulator import SimConfig, write_jsonl
     from eroica.producers.simulator.config import start_now_ns
 

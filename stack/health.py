@@ -12,7 +12,7 @@ Each part is ``up``, ``degraded`` (alive, but something it depends on is
 stuck: the sink's inserts have not progressed for ``EROICA_SINK_STUCK_S``
 while messages wait; the supervisor is restarting the broker; tansu's memory
 is past ``EROICA_TANSU_MEMORY_WARN_MB``) or ``down``. A process that announces Prometheus metrics in its own
-directory (``DATA_DIR/<service>/metrics.json``, see ``stack/metrics.py``) gets
+directory (``DATA_DIR/<service>/metrics.json``, see ``runtime/metrics.py``) gets
 them summarised on its line; one announced in ``DATA_DIR/metrics.json``
 (``eroica alert`` run with the stack's data directory) gets a line of its own.
 """
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eroica.sinks.clickhouse.endpoint import pid_alive
+from eroica.runtime.system import pid_alive
 
-from .state import read_state
+from eroica.runtime.state import read_state
 
 __all__ = ["Check", "http_ok", "check_stack", "call_with_deadline", "DeadlineExceeded", "overall_state"]
 
@@ -116,7 +116,7 @@ def _rss_mb(pid: int | None) -> float | None:
 
 
 def _broker(kafka: dict[str, Any], timeout_s: float = 3.0) -> Check:
-    from .tansu import BrokerError, wait_for_broker
+    from eroica.kafka.admin import BrokerError, wait_for_broker
 
     bootstrap = kafka.get("bootstrap", "")
     pid = kafka.get("pid")
@@ -127,9 +127,9 @@ def _broker(kafka: dict[str, Any], timeout_s: float = 3.0) -> Check:
         return Check("kafka", False, f"{bootstrap}: {what}; {kafka.get('restarts', 0)} restart(s) so far", pid,
                      state="degraded" if sup_state == "restarting" else "down")
     try:
-        from eroica.producers.kafka.config import KafkaConfig
+        from eroica.kafka.config import KafkaConfig
 
-        # the environment's TLS/SASL settings too (an external secure cluster): producers/kafka/client.py
+        # the environment's TLS/SASL settings too (an external secure cluster): kafka/client.py
         wait_for_broker(KafkaConfig.from_env(bootstrap=bootstrap), timeout_s=timeout_s)
     except BrokerError as exc:
         return Check("kafka", False, f"{bootstrap}: {exc}", pid)
@@ -154,7 +154,7 @@ def _broker(kafka: dict[str, Any], timeout_s: float = 3.0) -> Check:
 
 def _metrics_detail(service_dir: Path, pid: int | None) -> str:
     """``"; metrics: in 1,234, out 56, ..."`` when the process announced its Prometheus endpoint there."""
-    from .metrics import read_announcement, scrape_summary
+    from eroica.runtime.metrics import read_announcement, scrape_summary
 
     ann = read_announcement(service_dir)
     if ann is None or (pid is not None and int(ann.get("pid", 0)) != int(pid)):
@@ -283,7 +283,7 @@ def check_stack(data_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Ch
 
 def _announced(data_dir: Path) -> list[Check]:
     """Processes outside the stack that share its data directory (e.g. ``eroica alert``) and serve metrics."""
-    from .metrics import read_announcement
+    from eroica.runtime.metrics import read_announcement
 
     ann = read_announcement(Path(data_dir))
     if ann is None or not pid_alive(int(ann.get("pid", 0))):

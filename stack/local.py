@@ -9,13 +9,15 @@
    node, :class:`~eroica.stack.apache_kafka.KafkaCluster`, from the jars of
    ``.ci/install-kafka.sh``; its data is kept in ``DATA_DIR/kafka`` across
    runs);
-2. every topic of :class:`~eroica.producers.kafka.config.KafkaConfig`, with
+2. every topic of :class:`~eroica.kafka.config.KafkaConfig`, with
    the configured partition count;
-3. child processes ``python -m eroica.cli worker summariser``, ``... worker
-   detector`` (when that command is installed) and ``... sink``, each with a
-   free 127.0.0.1 web port, its own data directory and its log file;
+3. child processes ``python -m eroica.streams.faust summariser``, ``...
+   detector`` (the stream workers, when installed) and ``python -m
+   eroica.sinks.clickhouse`` (the sink): each layer's own entry point, never
+   the CLI; each with a free 127.0.0.1 web port, its own data directory and
+   its log file;
 
-then writes ``stack.json`` (see :mod:`eroica.stack.state`). Children run in
+then writes ``stack.json`` (see :mod:`eroica.runtime.state`). Children run in
 their own sessions, so a Ctrl-C reaches only the supervisor, which stops them
 in dependency order (workers, then the sink so it drains what they emitted,
 then the broker): SIGTERM, a deadline, then SIGKILL of the child's process
@@ -45,6 +47,7 @@ themselves and the children are left running.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import signal
 import subprocess
@@ -55,11 +58,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from eroica.producers.kafka.config import KafkaConfig
+from eroica.kafka.admin import BrokerError, create_topics, wait_for_broker
+from eroica.kafka.config import KafkaConfig
+from eroica.runtime.state import read_state, remove_state, write_state
+from eroica.runtime.system import free_port, pid_alive
 
-from .state import remove_state, write_state
 from .apache_kafka import KAFKA_VERSION, KafkaCluster
-from .tansu import BrokerError, TansuBroker, create_topics, free_port, wait_for_broker
+from .tansu import TansuBroker
 
 Clock = Callable[[], float]
 
@@ -76,11 +81,14 @@ class StackError(RuntimeError):
     """The stack could not start (broker, topics, a child that dies at once)."""
 
 
-def worker_command_available() -> bool:
-    """Whether ``eroica worker`` (the faust processors) is installed in this version."""
-    from eroica.cli.main import COMMANDS
+# Each child's entry point: a module run with ``python -m`` (the layer that owns the process).
+CHILD_MODULES: dict[str, str] = {"summariser": "eroica.streams.faust", "detector": "eroica.streams.faust",
+                                 "sink": "eroica.sinks.clickhouse"}
 
-    return "worker" in COMMANDS
+
+def worker_command_available() -> bool:
+    """Whether the stream workers (``python -m eroica.streams.faust``, the faust processors) are installed."""
+    return importlib.util.find_spec(CHILD_MODULES["summariser"] + ".__main__") is not None
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
@@ -262,17 +270,14 @@ class LocalStack:
         """Stop what a previous supervisor, killed outright, left behind (its broker has no PDEATHSIG).
 
         Only processes recorded in the stale ``stack.json`` whose command line
-        is still ours (tansu, ``eroica.cli``) are touched.
+        is still ours (the broker, a child's module) are touched.
         """
-        from eroica.sinks.clickhouse.endpoint import pid_alive
-
-        from .state import read_state
-
         old = read_state(self.data_dir)
         if old is None or pid_alive(int(old.get("pid", 0))):
             return
         candidates = [(old.get("kafka", {}).get("pid"), _BROKER_MARKERS)]
-        candidates += [(svc.get("pid"), (b"eroica.cli",)) for svc in old.get("services", {}).values()]
+        ours = (*sorted({m.encode() for m in CHILD_MODULES.values()}), b"eroica.cli")  # eroica.cli: older stacks
+        candidates += [(svc.get("pid"), ours) for svc in old.get("services", {}).values()]
         reaped = 0
         for pid, markers in candidates:
             if not pid or not pid_alive(int(pid)):
@@ -359,7 +364,7 @@ class LocalStack:
                 port = free_port()
             taken.add(port)
             (self.data_dir / name).mkdir(parents=True, exist_ok=True)
-            argv = [self.python, "-m", "eroica.cli", *(("worker", name) if name != "sink" else ("sink",))]
+            argv = [self.python, "-m", CHILD_MODULES[name], *((name,) if name != "sink" else ())]
             # faust's web server (streams/faust/settings.py) serves /eroica/stats; the sink /health
             path = "/health" if name == "sink" else "/eroica/stats"
             specs.append(Service(name, argv, self._child_env(name, port), port, f"http://127.0.0.1:{port}{path}",

@@ -27,7 +27,7 @@ from eroica.sinks.clickhouse.client import QueryResult
 from eroica.sinks.clickhouse.config import DEFAULT_URL, ClickHouseConfig, RetryPolicy
 from eroica.sinks.clickhouse.endpoint import TOKEN_FILE, EndpointClient, read_endpoint_file, read_token_file
 
-from .state import live_state
+from eroica.runtime.state import live_state
 
 __all__ = ["QueryTarget", "DirectTarget", "EndpointTarget", "open_query_target", "resolve_query_target",
            "stack_token"]

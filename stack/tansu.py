@@ -43,12 +43,14 @@ import importlib.resources
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+
+from eroica.kafka.admin import BrokerError, admin_client, wait_for_broker
+from eroica.runtime.system import free_port
 
 DEFAULT_START_TIMEOUT_S = 20.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -80,21 +82,8 @@ def tansu_binary() -> Path:
         raise BrokerError(str(exc)) from exc
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (another process may still take it: we retry)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-# Topic administration lives in one place (eroica.producers.kafka.admin); these names stay for callers.
-from eroica.producers.kafka.admin import BrokerError, create_topics, wait_for_broker  # noqa: E402,F401
-
-
 def _quiet_admin(bootstrap: str, **conf: object):
     """An AdminClient that does not spray librdkafka connection errors on stderr."""
-    from eroica.producers.kafka.admin import admin_client
-
     return admin_client(bootstrap, **conf)
 
 

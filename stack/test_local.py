@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from eroica.sinks.clickhouse.endpoint import pid_alive
+from eroica.runtime.system import pid_alive
 from eroica.stack.local import LocalStack, Service
 from eroica.stack.tansu import TansuBroker
 
@@ -95,7 +95,7 @@ def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
 
 
 def test_leftovers_of_a_killed_stack_are_stopped_and_nothing_else(tmp_path: Path) -> None:
-    from eroica.stack.state import write_state
+    from eroica.runtime.state import write_state
 
     ours = subprocess.Popen([PY, "-c", "import time; time.sleep(60)", "eroica.cli"])
     other = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])

@@ -9,7 +9,9 @@ import time
 
 import pytest
 
-from eroica.stack.tansu import BrokerError, TansuBroker, _quiet_admin, create_topics, free_port, tansu_binary
+from eroica.kafka.admin import BrokerError, create_topics
+from eroica.runtime.system import free_port
+from eroica.stack.tansu import TansuBroker, _quiet_admin, tansu_binary
 
 
 def _broker_or_skip(**kw) -> TansuBroker:

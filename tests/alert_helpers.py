@@ -90,7 +90,7 @@ def _windows_cached(tmp: str) -> tuple[Window, ...]:
     from eroica.models.reader import read_batches
     from eroica.models.verdict import encode_verdict
     from eroica.producers.simulator import SimConfig, write_jsonl
-    from eroica.sinks.report.core import run_core
+    from eroica.report.core import run_core
 
     path = Path(tmp) / "throttle-stops.jsonl"
     cfg = SimConfig(nodes=4, gpus=4, steps=80, faults=["gpu_throttle:rank=5,start=0,end=40"], seed=2)

@@ -1,11 +1,12 @@
 """Coverage-guided fuzzing of every decoder with atheris (``pip install eroica[fuzz]``).
 
-Run by hand for as long as you like::
+Test support (it reaches the decoders of every layer, so it sits with the
+cross-component tests, not in ``models``). Run by hand for as long as you like::
 
-    python -m eroica.models.fuzz_decoders -runs=100000
-    python -m eroica.models.fuzz_decoders -max_total_time=600 corpus_dir/
+    python tests/fuzz_decoders.py -runs=100000
+    python tests/fuzz_decoders.py -max_total_time=600 corpus_dir/
 
-and, bounded, in the normal test run (``models/test_fuzz_atheris.py``). Each
+and, bounded, in the normal test run (``tests/test_fuzz_atheris.py``). Each
 input is offered to every decoder; a decoder may return or raise its own
 declared error, anything else (``RecursionError``, ``MemoryError``,
 ``OverflowError``, ``TypeError``...) is a finding and stops the run with its

@@ -67,7 +67,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``host:port`` of a running Kafka-protocol broker for the whole session."""
     external = os.environ.get("EROICA_TEST_KAFKA")
     if external:
-        from eroica.stack.tansu import BrokerError, wait_for_broker
+        from eroica.kafka.admin import BrokerError, wait_for_broker
 
         try:
             wait_for_broker(external, timeout_s=15)
@@ -111,7 +111,7 @@ def apache_kafka_installed() -> None:
 
 def _apache_kafka(nodes: int, tmp_path_factory: pytest.TempPathFactory):
     from eroica.stack.apache_kafka import KafkaCluster, kafka_available
-    from eroica.stack.tansu import BrokerError
+    from eroica.kafka.admin import BrokerError
 
     reason = kafka_available()
     if reason:
@@ -168,7 +168,7 @@ class KafkaNames:
 
     def config(self, bootstrap: str, **overrides: object):
         """A KafkaConfig whose topics are all this test's own."""
-        from eroica.producers.kafka.config import KafkaConfig
+        from eroica.kafka.config import KafkaConfig
 
         return KafkaConfig(bootstrap=bootstrap, **overrides).with_topic_prefix(self.prefix)  # type: ignore[arg-type]
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from eroica.producers.kafka.config import KafkaConfig
+from eroica.kafka.config import KafkaConfig
 from eroica.sinks.clickhouse import ClickHouseConfig, RetryPolicy
 from eroica.sinks.clickhouse.worker import SinkWorker
 from eroica.sinks.clickhouse.worker_config import SinkWorkerConfig

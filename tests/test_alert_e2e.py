@@ -23,7 +23,7 @@ import pytest
 from alert_helpers import Webhook, detector_windows, publish
 from sink_helpers import wait_for
 
-from eroica.stack.metrics import read_announcement, scrape
+from eroica.runtime.metrics import read_announcement, scrape
 
 PARTITIONS = 2
 

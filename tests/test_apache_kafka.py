@@ -54,7 +54,8 @@ def test_pom_and_launcher_pin_the_same_kafka_version() -> None:
 
 def test_round_trip_on_one_node(kafka_broker, kafka_names) -> None:
     from confluent_kafka import Producer
-    from eroica.stack.tansu import _quiet_admin, create_topics
+    from eroica.kafka.admin import create_topics
+    from eroica.stack.tansu import _quiet_admin
 
     bootstrap = kafka_broker.bootstrap
     topic = kafka_names.topic("roundtrip")
@@ -91,8 +92,9 @@ def test_up_refuses_kafka_and_broker_together(tmp_path: Path) -> None:
 
 def test_three_nodes_replicate_eroicas_topics(kafka_cluster, kafka_names) -> None:
     from confluent_kafka.admin import ConfigResource
-    from eroica.producers.kafka.config import KafkaConfig
-    from eroica.stack.tansu import _quiet_admin, create_topics
+    from eroica.kafka.config import KafkaConfig
+    from eroica.kafka.admin import create_topics
+    from eroica.stack.tansu import _quiet_admin
 
     config = KafkaConfig(bootstrap=kafka_cluster.bootstrap, partitions=4).with_topic_prefix(kafka_names.prefix)
     create_topics(config.bootstrap, config.topics())
@@ -114,7 +116,8 @@ def test_three_nodes_replicate_eroicas_topics(kafka_cluster, kafka_names) -> Non
 
 def test_a_killed_node_rejoins_and_acks_all_needs_two_live_replicas(kafka_cluster, kafka_names) -> None:
     from confluent_kafka import Producer
-    from eroica.stack.tansu import _quiet_admin, create_topics
+    from eroica.kafka.admin import create_topics
+    from eroica.stack.tansu import _quiet_admin
 
     topic = kafka_names.topic("isr")
     create_topics(kafka_cluster.bootstrap, {topic: 1})

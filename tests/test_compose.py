@@ -51,7 +51,7 @@ def _documented_vars(files: list[Path] | None = None) -> set[str]:
     (one row per variable, the name first on the line); those rows count as
     "read" because the module's ``from_env`` is tested against them.
     """
-    from eroica.producers.kafka import config as kafka_config
+    from eroica.kafka import config as kafka_config
     from eroica.sinks.clickhouse import config as ch_config
     from eroica.sinks.clickhouse import worker_config
 

@@ -37,8 +37,8 @@ from eroica.models.frames import EndOfStream, encode_end_of_stream, encode_frame
 from eroica.models.reader import Batch, read_batches, read_merged
 from eroica.models.records import FnRecord
 from eroica.models.verdict import decode_verdict
-from eroica.producers.kafka.framing import FrameAccumulator, frame_key
-from eroica.producers.kafka.replay import MAX_LAG_NS, _time_ordered
+from eroica.kafka.framing import FrameAccumulator, frame_key
+from eroica.producers.replay import MAX_LAG_NS, _time_ordered
 from eroica.producers.simulator import SimConfig, write_jsonl
 from eroica.streams.detection import DEFAULT_WINDOW_S, analyze
 from eroica.streams.detection.collectives import summarise_collectives

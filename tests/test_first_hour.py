@@ -5,7 +5,7 @@
   what to do ("no stack: run `eroica up` or pass `--clickhouse`"), no traceback;
   `--debug` brings the traceback back;
 - they all find a running stack through one helper (`cli/stack_options.py`
-  over `stack/state.py`): `eroica replay FILE` with no `--kafka` delivers to
+  over `runtime/state.py`): `eroica replay FILE` with no `--kafka` delivers to
   the broker named in the data directory's `stack.json`;
 - `eroica simulate` stamps its records from now (so `verdicts --since 1h`
   shows a replayed run), in the library default's phase of the minute (windows
@@ -68,7 +68,7 @@ def test_no_stack_is_one_actionable_line(tmp_path: Path, args: list[str], flag: 
 
 
 def test_errors_are_one_line_and_debug_shows_the_traceback(tmp_path: Path) -> None:
-    from eroica.stack.tansu import free_port
+    from eroica.runtime.system import free_port
 
     args = ["verdicts", "--clickhouse", f"clickhouse://127.0.0.1:{free_port()}/x"]
     r = _run(args, _env(tmp_path))
@@ -82,7 +82,7 @@ def test_errors_are_one_line_and_debug_shows_the_traceback(tmp_path: Path) -> No
 
 def test_an_unexpected_error_is_one_line_without_debug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    import eroica.sinks.report.render as render
+    import eroica.report.render as render
     from eroica.cli.main import main
 
     def boom(*_a: object, **_k: object) -> str:
@@ -104,7 +104,7 @@ def test_an_unexpected_error_is_one_line_without_debug(tmp_path: Path, monkeypat
 def test_commands_find_the_running_stack_through_its_state_file(tmp_path: Path, kafka_bootstrap: str) -> None:
     """replay (and alert) resolve the broker from stack.json, as verdicts/sql/report resolve ClickHouse."""
     from eroica.cli.stack_options import NoStack, kafka_bootstrap as resolve_kafka, query_target
-    from eroica.stack.state import find_stack, write_state
+    from eroica.runtime.state import find_stack, write_state
 
     data = tmp_path / "stack"
     data.mkdir()

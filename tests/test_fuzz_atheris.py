@@ -1,4 +1,4 @@
-"""A bounded atheris run over every decoder (``models/fuzz_decoders.py``), in a subprocess.
+"""A bounded atheris run over every decoder (``tests/fuzz_decoders.py``), in a subprocess.
 
 Skipped where atheris is not installed (``pip install eroica[fuzz]``), except in CI (``CI`` set),
 where ``make setup`` installs it and a missing install fails;
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ import pytest
 # reproduce (peak ~80 MB); the ceiling stays far above the decoders' need and far below the
 # machine's 24 GiB, so a runaway allocation from a tiny input still fails the test.
 RSS_LIMIT_MB = 6144
+FUZZER = Path(__file__).with_name("fuzz_decoders.py")
 
 
 def test_atheris_finds_nothing_in_a_bounded_run(tmp_path) -> None:
@@ -28,7 +30,7 @@ def test_atheris_finds_nothing_in_a_bounded_run(tmp_path) -> None:
     else:
         pytest.importorskip("atheris")
     runs = int(os.environ.get("EROICA_FUZZ_RUNS", "5000"))
-    proc = subprocess.run([sys.executable, "-m", "eroica.models.fuzz_decoders", f"-runs={runs}", "-max_len=4096",
+    proc = subprocess.run([sys.executable, str(FUZZER), f"-runs={runs}", "-max_len=4096",
                            "-len_control=0", "-seed=1", f"-rss_limit_mb={RSS_LIMIT_MB}", "-timeout=20",
                            f"-artifact_prefix={tmp_path}/"],
                           capture_output=True, text=True, timeout=120)

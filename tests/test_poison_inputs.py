@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from eroica.cli.main import cli
 from eroica.models.reader import decode_line, parse_lines
 from eroica.models.records import MAX_DUR_NS
-from eroica.producers.kafka.config import KafkaConfig
-from eroica.producers.kafka.replay import replay
+from eroica.kafka.config import KafkaConfig
+from eroica.producers.replay import replay
 from eroica.streams.faust.ingest import RAW, ingest_message
 from eroica.streams.faust.summariser import DEADLETTER
 

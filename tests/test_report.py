@@ -129,7 +129,7 @@ def test_the_throttled_rank_is_the_hot_row(report_page: Path) -> None:
 
 def test_labels_headers_and_width(report_page: Path) -> None:
     """Whole row labels with room for them, distinct column headers, no header broken inside a word."""
-    from eroica.sinks.report.render import CHAR_W, _CSS
+    from eroica.report.render import CHAR_W, _CSS
 
     html = report_page.read_text()
     assert ">rank 13 · node-1 · GPU 5</text>" in html           # the culprit's label, whole
@@ -162,9 +162,9 @@ def test_cost_bar_per_culprit_with_or_without_the_optional_fields(throttled_run:
 
     from eroica.models.reader import read_batches
     from eroica.models.verdict import Verdict
-    from eroica.sinks.report.core import run_core
-    from eroica.sinks.report.data import culprit_costs, from_windows
-    from eroica.sinks.report.render import render_page
+    from eroica.report.core import run_core
+    from eroica.report.data import culprit_costs, from_windows
+    from eroica.report.render import render_page
 
     results = list(run_core(read_batches(throttled_run), 30 * 10**9, detected_at_ns=1))
     rep = from_windows("sim-1", results, "test", 30 * 10**9)
@@ -194,8 +194,8 @@ def test_cost_bar_per_culprit_with_or_without_the_optional_fields(throttled_run:
 
 
 def test_counter_colour_follows_the_bad_direction() -> None:
-    from eroica.sinks.report.data import CounterRow
-    from eroica.sinks.report.render import _counter_row
+    from eroica.report.data import CounterRow
+    from eroica.report.render import _counter_row
 
     fewer = CounterRow("nic", "retransmits (increase)", "", 2.0, 40.0, key="retransmits_inc")
     more = CounterRow("nic", "retransmits (increase)", "", 400.0, 40.0, key="retransmits_inc")
@@ -209,7 +209,7 @@ def test_counter_colour_follows_the_bad_direction() -> None:
 
 
 def test_column_labels_are_distinct() -> None:
-    from eroica.sinks.report.render import column_labels
+    from eroica.report.render import column_labels
 
     base = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_{}_n_tilesize{}x128x64_warpgroupsize2x1x1"
             "_execute_segment_k_off_kernel__5x_cublas")
@@ -290,7 +290,7 @@ def test_report_from_clickhouse(clickhouse_config, tmp_path: Path) -> None:
     from eroica.models.reader import read_batches
     from eroica.producers.simulator import SimConfig, write_jsonl
     from eroica.sinks.clickhouse import VerdictSink
-    from eroica.sinks.report.core import run_core
+    from eroica.report.core import run_core
 
     run = tmp_path / "small.jsonl"
     write_jsonl(SimConfig(nodes=2, gpus=4, steps=45, faults=["gpu_throttle:rank=5"], seed=3), run, truth_path=False)

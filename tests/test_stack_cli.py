@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from eroica.cli.main import cli
 from eroica.models.verdict import Verdict, encode_verdict
 from eroica.sinks.clickhouse import ClickHouseConfig, VerdictSink
-from eroica.sinks.clickhouse.endpoint import pid_alive
+from eroica.runtime.system import pid_alive
 from eroica.stack.clickhouse_server import ClickHouseServer
 from sink_helpers import publish, wait_for
 
@@ -171,7 +171,7 @@ def test_verdicts_and_sql_against_a_server(server_with_verdicts, tmp_path: Path)
 
 
 def test_verdicts_reports_an_unreachable_server(tmp_path: Path) -> None:
-    from eroica.stack.tansu import free_port
+    from eroica.runtime.system import free_port
 
     r = CliRunner().invoke(cli, ["verdicts", "--clickhouse", f"clickhouse://127.0.0.1:{free_port()}/x",
                                  "--data-dir", str(tmp_path)])
@@ -183,7 +183,7 @@ def test_a_frozen_clickhouse_is_reported_degraded_and_nothing_hangs(
         make_verdict: Callable[..., Verdict], tmp_path: Path) -> None:
     """Issue 10 item 6: SIGSTOP the server; the sink says what is stuck, status/verdicts answer in seconds."""
     from eroica.stack.health import check_stack, overall_state
-    from eroica.stack.state import write_state
+    from eroica.runtime.state import write_state
     from sink_helpers import kafka_for, running_worker, worker_config
 
     url, _database, _ = server_with_verdicts

@@ -120,13 +120,13 @@ class FakePublisher:
 
     def close(self, timeout_s=30.0):
         self.closed = True
-        from eroica.producers.kafka.publisher import PublisherStats
+        from eroica.kafka.publisher import PublisherStats
         return PublisherStats()
 
 
 def test_kafka_sink_frames_node_counters_and_ends_its_keys() -> None:
     pytest.importorskip("confluent_kafka")
-    from eroica.producers.kafka.config import KafkaConfig
+    from eroica.kafka.config import KafkaConfig
 
     pub = FakePublisher()
     sink = KafkaSink("127.0.0.1:1", publisher=pub, config=KafkaConfig(bootstrap="127.0.0.1:1"), linger_s=0.0)

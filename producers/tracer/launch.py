@@ -80,8 +80,8 @@ def _start_agent(job: str, parts: Path | None, kafka: str | None, interval_s: fl
 def prepare_kafka(bootstrap: str) -> None:
     """Create the raw topic if missing; a broker that is away is reported, never fatal (records drop and count)."""
     try:
-        from eroica.producers.kafka.config import KafkaConfig
-        from eroica.producers.kafka.replay import ensure_topics
+        from eroica.kafka.config import KafkaConfig
+        from eroica.producers.replay import ensure_topics
 
         ensure_topics(KafkaConfig.from_env(bootstrap=bootstrap), timeout_s=5.0)
     except Exception as exc:

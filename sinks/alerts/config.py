@@ -1,7 +1,7 @@
 """Configuration of the alert consumer (``eroica alert``): defaults, then environment, then flags.
 
 Kafka (bootstrap, the verdict and window-summary topics) comes from
-:class:`~eroica.producers.kafka.config.KafkaConfig` (``EROICA_KAFKA_*``). The
+:class:`~eroica.kafka.config.KafkaConfig` (``EROICA_KAFKA_*``). The
 consumer's own variables:
 
 ====================================  ====================  =============================================
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eroica.models.verdict import COMPONENTS
-from eroica.producers.kafka.config import KafkaConfig
+from eroica.kafka.config import KafkaConfig
 
 from .incidents import TrackerSettings
 from .payloads import FORMATS
@@ -73,7 +73,7 @@ def parse_duration_ns(value: str | float | int, what: str = "duration") -> int:
 
 
 def default_state_path(group: str) -> Path:
-    from eroica.stack.state import default_data_dir
+    from eroica.runtime.state import default_data_dir
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", group) or "alert"
     return default_data_dir() / "alerts" / f"{safe}.json"

@@ -1,7 +1,7 @@
 """The alert consumer: verdict topic -> incidents -> webhook, never losing or repeating an alert.
 
 The loop (the sink worker's commit discipline, with a webhook instead of an
-INSERT; both run the shared :mod:`eroica.producers.kafka.loop`):
+INSERT; both run the shared :mod:`eroica.kafka.loop`):
 
 1. consume ``eroica.verdicts`` (JSON verdicts, key = job) and, as the jobs'
    event-time clock, ``eroica.patterns`` (one msgpack list of window
@@ -47,10 +47,10 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Message, P
 
 from eroica.models.limits import MAX_VERDICT_BYTES, LimitError, check_msgpack, failure_reason
 from eroica.models.verdict import Verdict, decode_verdict, decode_verdicts
-from eroica.producers.kafka.admin import ensure_topics
-from eroica.producers.kafka.client import consumer_conf, producer_conf
-from eroica.producers.kafka.loop import Batch, ConsumeLoop, Entry, LoopSettings, Rejected, Retry
-from eroica.stack import metrics
+from eroica.kafka.admin import ensure_topics
+from eroica.kafka.client import consumer_conf, producer_conf
+from eroica.kafka.loop import Batch, ConsumeLoop, Entry, LoopSettings, Rejected, Retry
+from eroica.runtime import metrics
 
 from .config import AlertConfig
 from .payloads import render
@@ -134,7 +134,7 @@ class AlertConsumer:
     """One consumer, one state file, one loop; ``run()`` blocks until ``stop()``.
 
     The loop (poll, decode, dead letters, pause while the webhook is away, commit
-    after the write) is the shared :class:`~eroica.producers.kafka.loop.ConsumeLoop`;
+    after the write) is the shared :class:`~eroica.kafka.loop.ConsumeLoop`;
     this class is its handler: a message is applied to the incident tracker
     when decoded, and the *write* delivers the queued notifications and saves
     the state file. ``consumer``, ``producer`` (dead letters), ``sender`` (the

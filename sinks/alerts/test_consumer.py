@@ -19,7 +19,7 @@ import pytest
 from alert_helpers import Webhook, committed, detector_windows, publish
 from sink_helpers import wait_for
 
-from eroica.producers.kafka.config import KafkaConfig
+from eroica.kafka.config import KafkaConfig
 from eroica.sinks.alerts.config import AlertConfig
 from eroica.sinks.alerts.consumer import AlertConsumer
 

@@ -116,7 +116,7 @@ class ClickHouseConfig:
     # user: max_execution_time, max_memory_usage, max_result_rows / max_result_bytes (both engines).
     read_timeout_s: float = 30.0
     read_max_memory_bytes: int = 1 << 30
-    read_max_rows: int = 2_000_000  # the report reads up to 2M summary rows (sinks/report/query.py)
+    read_max_rows: int = 2_000_000  # the report reads up to 2M summary rows (report/query.py)
     read_max_bytes: int = 512 << 20
 
     def __post_init__(self) -> None:

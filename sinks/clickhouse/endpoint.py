@@ -38,13 +38,14 @@ from typing import Any
 
 import msgspec
 from eroica.models.verdict import Verdict
+from eroica.runtime.system import atomic_write_json, pid_alive
 
 from .client import ClickHouseError, ClickHouseUnavailableError, QueryResult
 from .readonly import ReadOnlySQLError
 
 __all__ = [
     "ENDPOINT_FILE", "TOKEN_FILE", "EndpointClient", "EndpointError", "write_endpoint_file", "read_endpoint_file",
-    "remove_endpoint_file", "pid_alive", "atomic_write_json", "ensure_token_file", "read_token_file",
+    "remove_endpoint_file", "ensure_token_file", "read_token_file",
     "MAX_REPLY_BYTES",
 ]
 
@@ -58,31 +59,6 @@ _verdicts = msgspec.json.Decoder(list[Verdict])
 
 class EndpointError(ClickHouseUnavailableError):
     """The endpoint did not answer (process gone, port closed, timeout)."""
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with this pid exists (zombies count as gone)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not alive for our purposes
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except OSError:
-        return True
-
-
-def atomic_write_json(path: Path, doc: dict[str, Any]) -> None:
-    """Write JSON so that readers never see half a file (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")  # insertion order: services in pipeline order
-    os.replace(tmp, path)
 
 
 def _valid_token(text: str) -> bool:

@@ -12,7 +12,7 @@ A message is valid only if every row in it is: shaping (``verdict_row`` /
 ``summary_row``) runs here, so a value ClickHouse cannot store (a negative
 time, a rank outside Int32) is rejected at the door with its reason instead of
 failing a whole INSERT later. Rejected messages become dead letters in the
-form the rest of Eroica uses (``producers/kafka/deadletter.py``): JSON
+form the rest of Eroica uses (``kafka/deadletter.py``): JSON
 ``{source, line, reason, raw}`` where ``source`` is the topic and ``line`` the
 offset, plus ``partition``/``offset``/``key`` for finding the original.
 

@@ -18,7 +18,8 @@ from eroica.models.verdict import Verdict, encode_verdict
 from eroica.sinks.clickhouse import ClickHouseConfig, VerdictSink
 from eroica.sinks.clickhouse.endpoint import EndpointClient
 from eroica.stack.clickhouse_server import ClickHouseServer
-from eroica.stack.tansu import create_topics, free_port
+from eroica.kafka.admin import create_topics
+from eroica.runtime.system import free_port
 from sink_helpers import (
     clickhouse_url,
     committed,

@@ -1,7 +1,7 @@
 """The sink worker: Kafka (verdicts, window summaries) -> ClickHouse, at least once, never lost.
 
 The loop (after Vector's ClickHouse sink, with Kafka's commit discipline) is
-the one every plain consumer shares, :mod:`eroica.producers.kafka.loop`; this
+the one every plain consumer shares, :mod:`eroica.kafka.loop`; this
 module is its handler (decode into rows, INSERT):
 
 1. consume ``eroica.verdicts`` and ``eroica.patterns`` in the worker's own
@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -44,10 +46,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer
 
-from eroica.producers.kafka.admin import ensure_topics
-from eroica.producers.kafka.client import consumer_conf, producer_conf
-from eroica.producers.kafka.loop import Batch, ConsumeLoop, Entry, LoopSettings, Rejected, Retry
-from eroica.stack import metrics
+from eroica.kafka.admin import ensure_topics
+from eroica.kafka.client import consumer_conf, producer_conf
+from eroica.kafka.loop import Batch, ConsumeLoop, Entry, LoopSettings, Rejected, Retry
+from eroica.runtime import metrics
 
 from .client import ClickHouseError, ClickHouseUnavailableError
 from .config import RetryPolicy
@@ -58,10 +60,10 @@ from .shaping import batched
 from .sink import VerdictSink
 from .worker_config import SinkWorkerConfig
 
-__all__ = ["SinkWorker", "SinkStats"]
+__all__ = ["SinkWorker", "SinkStats", "serve"]
 
 log = logging.getLogger("eroica.sink")
-COMPONENT = "sink"  # the `component` label of this worker's Prometheus metrics (eroica.stack.metrics)
+COMPONENT = "sink"  # the `component` label of this worker's Prometheus metrics (eroica.runtime.metrics)
 
 _IDLE_SLICE_S = 0.2
 _DEADLETTER_FLUSH_S = 10.0
@@ -128,7 +130,7 @@ class SinkWorker:
     """One consumer, one ClickHouse client, one loop; ``run()`` blocks until ``stop()``.
 
     The loop itself (poll, decode, dead letters, pause on back-pressure, commit
-    after the write) is the shared :class:`~eroica.producers.kafka.loop.ConsumeLoop`;
+    after the write) is the shared :class:`~eroica.kafka.loop.ConsumeLoop`;
     this class is its handler: decoding into rows and the INSERT.
     ``sink``/``consumer``/``producer`` may be injected (tests); otherwise they
     are created from ``config`` when ``run()`` starts.
@@ -367,3 +369,35 @@ def _version_ns(msg: Message) -> int:
     if kind == _TIMESTAMP_NOT_AVAILABLE or ms is None or ms <= 0:
         return time.time_ns()
     return int(ms) * 1_000_000
+
+
+def serve(config: SinkWorkerConfig, log_level: str = "info") -> int:
+    """Run one sink worker in the foreground until SIGTERM or SIGINT; returns the exit status.
+
+    Logs to stderr, one line per kind of error every 30 s while the broker or
+    ClickHouse is away; a signal finishes the current batch (inserted and
+    committed) before it returns 0; 1 when ClickHouse fails for good. Both
+    ``eroica sink`` and ``python -m eroica.sinks.clickhouse`` run it.
+    """
+    from eroica.runtime.logfilter import install as limit_repeats
+
+    logging.basicConfig(level=getattr(logging, log_level.upper()), stream=sys.stderr,
+                        format="%(asctime)s eroica sink %(levelname)s: %(message)s")
+    limit_repeats()
+    worker = SinkWorker(config)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("%s: finishing the current batch", signal.Signals(signum).name)
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        stats = worker.run()
+    except ClickHouseError as exc:
+        print(f"eroica sink: {exc}", file=sys.stderr)
+        return 1
+    print(f"eroica sink: stopped; {stats.consumed} messages, {stats.verdicts} verdict rows, "
+          f"{stats.summaries} summary rows, {stats.deadletters} dead letters, {stats.commits} commits",
+          file=sys.stderr)
+    return 0

@@ -4,7 +4,7 @@ The worker is the Kafka -> ClickHouse half of the sink (Vector's grain: config,
 a consume loop, pure shaping, I/O with retries). Where ClickHouse is comes from
 :class:`~eroica.sinks.clickhouse.config.ClickHouseConfig` (``EROICA_CLICKHOUSE_*``),
 where Kafka is and the shared topic names from
-:class:`~eroica.producers.kafka.config.KafkaConfig` (``EROICA_KAFKA_*``, of
+:class:`~eroica.kafka.config.KafkaConfig` (``EROICA_KAFKA_*``, of
 which the worker uses BOOTSTRAP, TOPIC_VERDICTS, TOPIC_PATTERNS, TOPIC_DEADLETTER
 and PARTITIONS for the topics it creates when missing). The worker's own
 variables:
@@ -42,7 +42,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from eroica.producers.kafka.config import KafkaConfig
+from eroica.kafka.config import KafkaConfig
 
 from .config import ClickHouseConfig
 

@@ -1,6 +1,6 @@
 """Eroica's stream processors on faust-streaming: ``eroica worker summariser`` and ``eroica worker detector``.
 
-Data flow (topic names from :class:`~eroica.producers.kafka.config.KafkaConfig`)::
+Data flow (topic names from :class:`~eroica.kafka.config.KafkaConfig`)::
 
     eroica.ingest (contract JSON lines) --ingest agent--> eroica.raw
     eroica.raw (frames, job records, end-of-stream markers; key job/rank or job/node)

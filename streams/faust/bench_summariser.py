@@ -93,7 +93,7 @@ def _frame_arrays(job: str, ranks: int, per_node: int, steps: range, t0: np.ndar
 
 def preload(config, job: str, records: int, ranks: int, per_node: int = 8, seed: int = 1) -> int:
     """Publish the synthetic job; returns the number of records sent."""
-    from eroica.producers.kafka.publisher import FramePublisher
+    from eroica.kafka.publisher import FramePublisher
 
     rng = np.random.default_rng(seed)
     steps_total = max(STEPS_PER_FRAME, records // (ranks * PER_STEP))
@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = ap.parse_args(argv)
 
-    from eroica.producers.kafka.config import KafkaConfig
-    from eroica.stack.tansu import TansuBroker, create_topics
+    from eroica.kafka.config import KafkaConfig
+    from eroica.kafka.admin import create_topics
+    from eroica.stack.tansu import TansuBroker
 
     from .process import WorkerProcess, worker_env
 

@@ -39,11 +39,11 @@ from eroica.models.digest import WindowDigest, merge_digests
 from eroica.models.reader import Invalid
 from eroica.models.records import JobRecord
 from eroica.models.verdict import encode_verdict
-from eroica.producers.kafka.deadletter import encode_deadletter
+from eroica.kafka.deadletter import encode_deadletter
 from eroica.streams.detection.detector import detect_step, flush_job
 from eroica.streams.detection.history import JobHistory
 from eroica.streams.detection.patterns import pattern_summaries
-from eroica.stack import metrics
+from eroica.runtime import metrics
 
 from .messages import DigestMsg, EndMsg, JobMsg, MessageError, decode_message
 from .summariser import DEADLETTER, Send

@@ -20,8 +20,8 @@ from typing import Iterator
 
 from eroica.models.frames import encode_frame, encode_job
 from eroica.models.reader import parse_lines
-from eroica.producers.kafka.deadletter import encode_deadletter
-from eroica.producers.kafka.framing import DEFAULT_FRAME_RECORDS, split_frames
+from eroica.kafka.deadletter import encode_deadletter
+from eroica.kafka.framing import DEFAULT_FRAME_RECORDS, split_frames
 
 from .summariser import DEADLETTER, Send
 

@@ -1,6 +1,6 @@
 """Run ``eroica worker ROLE`` as a child process (tests, the benchmark, supervisors).
 
-:func:`worker_env` turns a :class:`~eroica.producers.kafka.config.KafkaConfig`
+:func:`worker_env` turns a :class:`~eroica.kafka.config.KafkaConfig`
 and settings into the environment the worker reads; :class:`WorkerProcess`
 starts it in its own session with a fixed web port, waits until it holds
 partitions (``/eroica/stats``), and stops it with SIGTERM and a deadline (then
@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Mapping
 
-from eroica.producers.kafka.config import _ENV_NAMES, ENV_PREFIX, KafkaConfig
+from eroica.kafka.config import _ENV_NAMES, ENV_PREFIX, KafkaConfig
 
 
 def worker_env(config: KafkaConfig, base: Mapping[str, str] | None = None, **settings: object) -> dict[str, str]:
@@ -38,10 +38,10 @@ def worker_env(config: KafkaConfig, base: Mapping[str, str] | None = None, **set
 
 
 class WorkerProcess:
-    """One ``python -m eroica.cli worker ROLE`` child with its log file and web port."""
+    """One ``python -m eroica.streams.faust ROLE`` child (``eroica worker ROLE``, no options), its log file and web port."""
 
     def __init__(self, role: str, env: Mapping[str, str], log_path: Path, web_port: int | None = None) -> None:
-        from eroica.stack.tansu import free_port
+        from eroica.runtime.system import free_port
 
         self.role = role
         self.port = web_port or free_port()
@@ -54,7 +54,7 @@ class WorkerProcess:
     def start(self) -> "WorkerProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "eroica.cli", "worker", self.role], env=self.env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "eroica.streams.faust", self.role], env=self.env,
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
         self.starts += 1

@@ -1,6 +1,6 @@
 """Settings of the stream workers, read once from ``EROICA_*`` environment variables.
 
-Kafka addresses and topic names come from :class:`~eroica.producers.kafka.config.KafkaConfig`
+Kafka addresses and topic names come from :class:`~eroica.kafka.config.KafkaConfig`
 (``EROICA_KAFKA_*``); everything else a worker needs is here:
 
 ================================  ====================  =====================================================

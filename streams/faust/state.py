@@ -44,8 +44,8 @@ async def load_partition(bootstrap: Any, topic: Any, topic_name: str, partition:
     meta = await fut
     marker_offset = meta.offset
     tp = TopicPartition(topic_name, partition)
-    from eroica.producers.kafka.client import aiokafka_kwargs
-    from eroica.producers.kafka.config import KafkaConfig
+    from eroica.kafka.client import aiokafka_kwargs
+    from eroica.kafka.config import KafkaConfig
 
     config = bootstrap if isinstance(bootstrap, KafkaConfig) else KafkaConfig(bootstrap=bootstrap)
     consumer = AIOKafkaConsumer(**aiokafka_kwargs(config, "state-loader"), enable_auto_commit=False,

@@ -53,11 +53,11 @@ from eroica.models.frames import (
     frame_kind,
 )
 from eroica.models.reader import Invalid
-from eroica.producers.kafka.deadletter import encode_deadletter
-from eroica.producers.kafka.framing import frame_key
+from eroica.kafka.deadletter import encode_deadletter
+from eroica.kafka.framing import frame_key
 from eroica.streams.detection.summarise import digest_window
 from eroica.streams.detection.windows import JobWindow, WindowAssembler
-from eroica.stack import metrics
+from eroica.runtime import metrics
 
 from .messages import DigestMsg, EndMsg, JobMsg, ProgressMsg, encode_message
 

@@ -1,6 +1,6 @@
 """The stream processors' pure cores, without Kafka: same verdicts as ``eroica analyze``, restarts, dead letters.
 
-A small in-memory "Kafka" replays a file the way ``producers/kafka/replay.py``
+A small in-memory "Kafka" replays a file the way ``producers/replay.py``
 does (frames per key, event-time ordered, end-of-stream markers), spreads the
 keys over partitions, and interleaves the partitions at random.
 """
@@ -22,8 +22,8 @@ from eroica.models.reader import read_batches
 from eroica.models.records import FnRecord
 from eroica.models.summary import WindowSummary
 from eroica.models.verdict import decode_verdict
-from eroica.producers.kafka.framing import FrameAccumulator
-from eroica.producers.kafka.replay import MAX_LAG_NS, _time_ordered
+from eroica.kafka.framing import FrameAccumulator
+from eroica.producers.replay import MAX_LAG_NS, _time_ordered
 from eroica.streams.detection import analyze
 from eroica.streams.detection.history import JobHistory
 from eroica.streams.faust.detector import (

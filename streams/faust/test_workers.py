@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from eroica.models.verdict import decode_verdict
-from eroica.producers.kafka.config import KafkaConfig
+from eroica.kafka.config import KafkaConfig
 from eroica.streams.faust.process import WorkerProcess, worker_env
 
 
@@ -84,8 +84,8 @@ def stack(tmp_path, kafka_bootstrap, kafka_names):
 
 
 def test_replay_and_ingest_give_the_verdicts_of_analyze(tmp_path, stack, kafka_consume) -> None:
-    from eroica.producers.kafka.publisher import FramePublisher
-    from eroica.producers.kafka.replay import replay
+    from eroica.kafka.publisher import FramePublisher
+    from eroica.producers.replay import replay
 
     run = _simulate(tmp_path / "run.jsonl", "--nodes 2 --gpus 4 --steps 20 --fault gpu_throttle:rank=5 --seed 1")
     lines = run.read_bytes().splitlines()
@@ -144,7 +144,7 @@ def test_replay_and_ingest_give_the_verdicts_of_analyze(tmp_path, stack, kafka_c
 
 
 def test_sigkill_mid_replay_then_restart_loses_and_duplicates_nothing(tmp_path, stack, kafka_consume) -> None:
-    from eroica.producers.kafka.replay import replay
+    from eroica.producers.replay import replay
 
     run = _simulate(tmp_path / "run.jsonl", "--nodes 4 --gpus 8 --steps 60 --fault nic:node=node-2 --seed 3")
     ref = _analyze_ids(run, window_s=5)

@@ -23,11 +23,11 @@ import faust
 
 from eroica.models.reader import Invalid
 from eroica.models.limits import failure_reason
-from eroica.producers.kafka.admin import EndOffsets
-from eroica.producers.kafka.client import faust_broker_kwargs
-from eroica.producers.kafka.config import KafkaConfig
-from eroica.producers.kafka.deadletter import encode_deadletter
-from eroica.stack import metrics
+from eroica.kafka.admin import EndOffsets
+from eroica.kafka.client import faust_broker_kwargs
+from eroica.kafka.config import KafkaConfig
+from eroica.kafka.deadletter import encode_deadletter
+from eroica.runtime import metrics
 
 from . import faustfix
 from .detector import PATTERNS, VERDICTS, DetectorCore, Output, encode_state
@@ -444,8 +444,8 @@ class _DeadlineWorker(faust.Worker):
 def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig | None = None,
         connect_timeout_s: float = 30.0) -> int:
     """Run one worker in this process until SIGTERM/SIGINT; returns the exit status (0 after a clean stop)."""
-    from eroica.producers.kafka.admin import BrokerError, create_topics, wait_for_broker
-    from eroica.stack.tansu import free_port
+    from eroica.kafka.admin import BrokerError, create_topics, wait_for_broker
+    from eroica.runtime.system import free_port
 
     settings = settings or WorkerSettings.from_env()
     config = config or KafkaConfig.from_env()
@@ -473,7 +473,7 @@ def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig |
 
     @app.task
     async def announce() -> None:  # once faust has set up logging
-        from eroica.stack.logfilter import install as limit_repeats
+        from eroica.runtime.logfilter import install as limit_repeats
 
         limit_repeats()  # a broker that is away makes aiokafka log every reconnect attempt
         log.info("eroica %s worker %s on %s; window %.0f s, lateness %.0f s; stats %s", role, app_id,

@@ -152,7 +152,7 @@ class ChaosStack:
         return int(self.state()["services"][service]["restarts"])
 
     def kafka_config(self) -> Any:
-        from eroica.producers.kafka.config import KafkaConfig
+        from eroica.kafka.config import KafkaConfig
 
         return KafkaConfig.from_env(_clean_env(**self.extra_env), bootstrap=self.bootstrap)
 

@@ -1,0 +1,7 @@
+"""Process-level services every Eroica process shares, whatever its role.
+
+Prometheus metrics (:mod:`.metrics`), repeat-limited logging (:mod:`.logfilter`),
+the data directory and the single-machine stack's state file (:mod:`.state`),
+and small OS helpers (:mod:`.system`). Imports :mod:`eroica.models` at most,
+never a role, the Kafka layer or the stack (README, "Layers").
+"""
