@@ -9,6 +9,7 @@ Absent optional values are ``-1`` for integer columns and ``NaN`` for floats.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -172,6 +173,49 @@ def from_records(type_: str, records: Sequence) -> Columns:
                 col[absent] = -1
             arrays[name] = col.astype(dtype)
     return Columns(type_, arrays, vocab)
+
+
+# The GPU side of a collective, as CUPTI / Nsight / Kineto-based collectors record it: NCCL's (and
+# RCCL's, which keeps NCCL's kernel names) kernels are ``ncclKernel_<Op>_...`` / ``ncclDevKernel_<Op>_...``.
+_COLLECTIVE_KERNEL = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_?([A-Za-z]*)", re.IGNORECASE)
+_OP_OF_KERNEL = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
+                 ("broadcast", "broadcast"), ("sendrecv", "send"), ("send", "send"), ("recv", "recv"))
+
+
+def collective_kernels(fn: Columns) -> Columns:
+    """``kernel`` records that are NCCL / RCCL collective kernels, read as ``collective``.
+
+    The contract asks for kind ``collective``, but a collector built on the
+    CUDA profiling interfaces sees every GPU kernel alike, and a collective's
+    kernel then arrives as ``kernel``. Read as compute, a victim's kernel that
+    spins waiting for the slow rank would look like slow GPU work on every
+    victim. NCCL names all its kernels this way (no compute kernel does), so
+    the name is a reliable sign; the op comes from the name when the record
+    gives none (``SendRecv`` is point-to-point: ``send``). Vectorised over the
+    vocabulary, not the records.
+    """
+    if not len(fn) or not fn.vocab.get("fn"):
+        return fn
+    k_kernel, k_coll = _KIND_OF["kernel"], _KIND_OF["collective"]
+    is_coll = np.zeros(len(fn.vocab["fn"]), dtype=bool)
+    op_of = np.full(len(fn.vocab["fn"]), -1, dtype="i1")
+    for code, name in enumerate(fn.vocab["fn"]):
+        m = _COLLECTIVE_KERNEL.match(name)
+        if m is None:
+            continue
+        is_coll[code] = True
+        word = m.group(1).lower()
+        op_of[code] = next((_OP_OF[op] for prefix, op in _OP_OF_KERNEL if word.startswith(prefix)), -1)
+    if not is_coll.any():
+        return fn
+    a = fn.arrays
+    hit = (a["kind"] == k_kernel) & is_coll[a["fn"]]
+    if not hit.any():
+        return fn
+    arrays = dict(a)
+    arrays["kind"] = np.where(hit, np.int8(k_coll), a["kind"]).astype("i1")
+    arrays["op"] = np.where(hit & (a["op"] < 0), op_of[a["fn"]], a["op"]).astype("i1")
+    return Columns(fn.type, arrays, fn.vocab)
 
 
 def concat(batches: Sequence[Columns]) -> Columns:

@@ -346,3 +346,21 @@ def test_valid_job_records_validate(obj):
     rec = validate_line(json.dumps(obj).encode())
     assert type(rec) is R.JobRecord
     assert msgspec.json.decode(R.encode_record(rec)) == obj
+
+
+def test_nccl_kernels_recorded_as_kernels_are_read_as_collectives():
+    """A CUPTI-style collector writes a collective as the NCCL kernel it launches: read it as one."""
+    def fn(name: str, kind: str, op: str | None = None) -> R.FnRecord:
+        return R.FnRecord(job="j", node="n", rank=0, step=1, fn=name, kind=kind, ts_ns=1, dur_ns=2, op=op)
+
+    recs = [fn("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "kernel"), fn("ncclKernel_SendRecv", "kernel"),
+            fn("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "kernel", "reduce_scatter"),
+            fn("sm90_xmma_gemm_bf16bf16", "kernel"), fn("ncclAllReduce", "python"),
+            fn("rcclKernel_AllGather_RING", "kernel"), fn("ncclDevKernel_Generic", "kernel")]
+    out = C.collective_kernels(C.from_records("fn", recs))
+    kinds = [R.FN_KINDS[k] for k in out.arrays["kind"]]
+    ops = [R.COLLECTIVE_OPS[o] if o >= 0 else None for o in out.arrays["op"]]
+    assert kinds == ["collective", "collective", "collective", "kernel", "python", "collective", "collective"]
+    assert ops == ["all_reduce", "send", "reduce_scatter", None, None, "all_gather", None]
+    plain = C.from_records("fn", [fn("sm90_xmma_gemm_bf16bf16", "kernel")])
+    assert C.collective_kernels(plain) is plain  # nothing to change: the same batch, no copy

@@ -7,6 +7,7 @@ both paths feed it identical input.
 
 from __future__ import annotations
 
+from eroica.models.columns import collective_kernels
 from eroica.models.digest import WindowDigest
 
 from .collectives import summarise_collectives
@@ -19,6 +20,7 @@ def digest_window(window: JobWindow) -> WindowDigest:
     d = WindowDigest(window.job, window.start_ns, window.end_ns)
     fn = window.get("fn")
     if fn is not None and len(fn):
+        fn = collective_kernels(fn)
         d.fns, d.ranks, d.in_flight = summarise_fn(fn, window.end_ns)
         d.colls = summarise_collectives(fn)
     c = summarise(window.get("gpu"), window.get("nic"), window.get("host"))
