@@ -472,3 +472,21 @@ def test_bench_cli_json(monkeypatch):
     assert [s["profile"] for s in out["summaries"]] == ["realistic"] and out["summaries"][0]["window_s"] == 30.0
     (row,) = out["scenarios"]
     assert row["scenario"] == "gpu_throttle-power" and row["records"] > 0 and "passed" in row
+
+
+def test_collector_styles_drop_the_job_record_stacks_and_write_collectives_as_nccl_kernels():
+    """Nuisance 13: what other collectors leave out or write differently, drawn per seed."""
+    def short(f) -> bool:
+        return f.plan.step_s <= 5.0
+
+    bare = run(find_seed(lambda f: f.no_job and f.no_stack and short(f)))
+    assert not bare.by_type["job"] and all("stack" not in r for r in bare.by_type["fn"])
+    assert bare.nz["collector"] == {"job_record": False, "collectives_as_nccl_kernels": bare.nz["collector"][
+        "collectives_as_nccl_kernels"], "stacks": False}
+    cupti = run(find_seed(lambda f: f.nccl_kernels and not f.no_job and short(f)))
+    fns = cupti.by_type["fn"]
+    assert not [r for r in fns if r["kind"] == "collective"]
+    nccl = [r for r in fns if r["fn"].startswith("ncclDevKernel_")]
+    assert nccl and all(r["kind"] == "kernel" and "op" not in r and r.get("group") for r in nccl)
+    plain = run(find_seed(lambda f: not (f.no_job or f.nccl_kernels or f.no_stack) and short(f)))
+    assert plain.by_type["job"] and any(r["kind"] == "collective" for r in plain.by_type["fn"])

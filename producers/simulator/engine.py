@@ -997,10 +997,10 @@ class Simulation:
                 if fl is not None:
                     recs = fl.transform(recs)
                 recs.sort(key=_ts)
-                if first:
+                if first and (fl is None or not fl.no_job):  # realistic nuisance 13: some collectors write none
                     recs.insert(0, self.job_record())
             if fl is not None:
-                self.records += len(recs)
+                self.records += len(recs)  # what was written, the job record included or not
             else:
                 self.records += nfn + nwin + (1 if first else 0)
             first = False

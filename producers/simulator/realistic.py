@@ -85,6 +85,19 @@ Engine hooks (they change timing, so counters and collectives follow):
     forward and the backward, reduce-scatter of the gradients in the
     backward, over the DP group, instead of the end-of-step reduce-scatter and
     all-gather.
+
+Record-level, how the collector writes what it saw (each drawn per seed, from
+its own stream, so that the draws above stay as they were):
+
+13. **Collector styles.** The contract makes these optional, and collectors
+    other than ours differ in exactly these ways: no ``job`` record on 30 % of
+    seeds (a collector that does not know the parallel layout: the stages
+    must be read from the communicators); collectives written as the GPU
+    kernels a CUPTI / Nsight / Kineto-based collector sees on 30 % of seeds
+    (kind ``kernel``, NCCL's kernel name such as
+    ``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``, no ``op``; bytes and the
+    communicator kept, as NCCL's profiler plugin gives them); no ``stack`` on
+    30 % of seeds.
 """
 
 from __future__ import annotations
@@ -104,7 +117,7 @@ if TYPE_CHECKING:
     from .program import Program
 
 RNG_TAG = 0xF1EE7  # the realistic profile's RNG streams: [seed, RNG_TAG, stream]
-S_PLAN, S_NODES, S_RECORDS, S_STEPS = 0, 1, 2, 3
+S_PLAN, S_NODES, S_RECORDS, S_STEPS, S_COLLECTOR = 0, 1, 2, 3, 4
 
 STEP_RANGE_S = (0.05, 180.0)  # healthy step, drawn log-uniformly (a small fine-tune .. a huge model)
 SAMPLE_RANGE_S = (0.5, 10.0)  # counter period bounds; period = step / SAMPLES_PER_STEP inside them
@@ -146,6 +159,13 @@ P_FIELD_GROUP = 0.12  # per node and field group: about half the nodes lack at l
 P_HOST_MISSING = 0.40
 P_MIXED_ETH, P_BOND, P_IB0, P_DOCKER, P_MGMT, P_NOISY_MGMT = 0.25, 0.30, 0.40, 0.50, 0.50, 0.40
 RAIL_GBPS = 400.0  # the engine's NIC speed, for IPoIB ib0 on the same HCA
+
+P_NO_JOB, P_NCCL_KERNELS, P_NO_STACK = 0.30, 0.30, 0.30  # nuisance 13: collector styles
+NCCL_KERNEL = {  # the GPU kernel NCCL runs for each op (a barrier is a one-element all-reduce)
+    "all_reduce": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "all_gather": "ncclDevKernel_AllGather_RING_LL",
+    "reduce_scatter": "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", "broadcast": "ncclDevKernel_Broadcast_RING_LL",
+    "send": "ncclDevKernel_SendRecv", "recv": "ncclDevKernel_SendRecv", "barrier": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+}
 
 GPU_FIELD_GROUPS = {
     "nvlink": ("nvlink_tx_Bps", "nvlink_rx_Bps"),
@@ -285,6 +305,9 @@ class Fleet:
         self._draw_nodes()
         self.step_rng = np.random.default_rng([cfg.seed, RNG_TAG, S_STEPS])
         self.rec_rng = np.random.default_rng([cfg.seed, RNG_TAG, S_RECORDS])
+        style = np.random.default_rng([cfg.seed, RNG_TAG, S_COLLECTOR]).random(3)
+        self.no_job, self.nccl_kernels, self.no_stack = (bool(style[0] < P_NO_JOB), bool(style[1] < P_NCCL_KERNELS),
+                                                         bool(style[2] < P_NO_STACK))
         self.node_index = {n: i for i, n in enumerate(L.node_names)}
         self._last: dict[tuple, dict[str, int]] = {}
         self._port_cum: dict[tuple[int, str], dict[str, int]] = {}
@@ -404,17 +427,21 @@ class Fleet:
 
     # ----------------------------------------------------- record transform
     def transform(self, recs: list[dict]) -> list[dict]:
-        """Apply the record-level nuisances (1, 3, 4, 5) to one step's records (engine time order)."""
+        """Apply the record-level nuisances (1, 3, 4, 5, 13) to one step's records (engine time order)."""
         out: list[dict] = []
         idx = self.node_index
         for r in recs:
             t = r["type"]
-            if t == "job":
+            if t == "job":  # the engine adds the job record after this transform (and leaves it out on no_job)
                 out.append(r)
                 continue
             n = idx[r["node"]]
             if t == "fn":
                 r["ts_ns"] += self.offset_ns[n]
+                if self.no_stack:
+                    r.pop("stack", None)
+                if self.nccl_kernels and r["kind"] == "collective":
+                    r["kind"], r["fn"] = "kernel", NCCL_KERNEL.get(r.pop("op", None) or "", "ncclDevKernel_Generic")
                 out.append(r)
                 continue
             batch = [r]
@@ -545,6 +572,8 @@ class Fleet:
             "host_records_missing": nn[self.host_missing] if self.host_missing is not None else None,
             "sampling_gaps_ns": {nn[n]: [list(g) for g in self.gaps[n]] for n in range(L.nodes) if self.gaps[n]},
             "counter_reset": ({"node": nn[self.reset[0]], "ts_ns": self.reset[1]} if self.reset else None),
+            "collector": {"job_record": not self.no_job, "collectives_as_nccl_kernels": self.nccl_kernels,
+                          "stacks": not self.no_stack},
         }
 
 
