@@ -15,7 +15,7 @@ def bench() -> None:
 
 @bench.command()
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Tuning seeds 1..N (and, with --holdout, held-out seeds 4001..4000+N).")
+              help="Tuning seeds 1..N (and, with --holdout, held-out seeds 5001..5000+N).")
 @click.option("--scale", "scales", type=click.Choice(["small", "medium"]), multiple=True,
               help="Scale(s) to run (default: both).")
 @click.option("--profile", "profiles", type=click.Choice(["default", "realistic"]), multiple=True,
