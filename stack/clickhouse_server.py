@@ -9,6 +9,11 @@ keeps its data and logs under that directory.
 
 The config uses the ``<yandex>`` root element, which every server version reads
 (Debian bookworm ships 18.16; current releases still accept it).
+
+:class:`ClickHouseShards` starts several such servers whose configs all name
+one ``remote_servers`` cluster of them (one replica per shard, no ZooKeeper):
+the sharded deployment the sink writes through a ``Distributed`` table
+(``sinks/clickhouse/schema.py``, ``EROICA_CLICKHOUSE_CLUSTER``).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from xml.sax.saxutils import escape
 
-__all__ = ["ClickHouseServer", "ClickHouseServerError", "find_server_binary"]
+__all__ = ["ClickHouseServer", "ClickHouseShards", "ClickHouseServerError", "find_server_binary"]
 
 # Debian installs the server in /usr/sbin (not on a normal user's PATH); the
 # upstream packages install one multi-call binary, /usr/bin/clickhouse.
@@ -106,7 +111,7 @@ _CONFIG = """<?xml version="1.0"?>
     <builtin_dictionaries_reload_interval>3600</builtin_dictionaries_reload_interval>
     <max_session_timeout>3600</max_session_timeout>
     <default_session_timeout>60</default_session_timeout>
-</yandex>
+{remote_servers}</yandex>
 """
 
 _USERS = """<?xml version="1.0"?>
@@ -149,6 +154,27 @@ _USERS = """<?xml version="1.0"?>
 """
 
 
+def _remote_servers_xml(clusters: dict[str, list[tuple[str, int]]]) -> str:
+    """``<remote_servers>``: each cluster a list of shards of one replica each (host, native port)."""
+    if not clusters:
+        return ""
+    out = ["    <remote_servers>\n"]
+    for name, shards in clusters.items():
+        if not name.replace("_", "a").isalnum() or not name.isascii() or name[0].isdigit():
+            raise ValueError(f"cluster name {name!r}: use letters, digits and '_' (not first)")
+        out.append(f"        <{name}>\n")
+        for host, port in shards:
+            out.append(
+                "            <shard>\n"
+                "                <internal_replication>false</internal_replication>\n"
+                f"                <replica><host>{escape(host)}</host><port>{int(port)}</port></replica>\n"
+                "            </shard>\n"
+            )
+        out.append(f"        </{name}>\n")
+    out.append("    </remote_servers>\n")
+    return "".join(out)
+
+
 class ClickHouseServer:
     """A private ``clickhouse-server`` process; use it as a context manager.
 
@@ -156,7 +182,9 @@ class ClickHouseServer:
     directory is created and removed at :meth:`stop`; a given directory is kept
     (its logs help when a test fails). ``native_port`` pins the native port
     (e.g. to start a server where a client is already retrying); by default
-    both ports are picked free at start.
+    both ports are picked free at start. ``remote_servers``: clusters this
+    server knows, ``{name: [(host, native_port), ...]}`` (one shard per entry),
+    as :class:`ClickHouseShards` sets them.
     """
 
     def __init__(
@@ -167,7 +195,9 @@ class ClickHouseServer:
         stop_timeout_s: float = 10.0,
         log_level: str = "information",
         native_port: int | None = None,
+        remote_servers: dict[str, list[tuple[str, int]]] | None = None,
     ) -> None:
+        self._remote_servers_xml = _remote_servers_xml(remote_servers or {})
         self._given_dir = Path(work_dir) if work_dir is not None else None
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -276,6 +306,7 @@ class ClickHouseServer:
                 native_port=self.native_port,
                 http_port=self.http_port,
                 log_level=escape(self.log_level),
+                remote_servers=self._remote_servers_xml,
             )
         )
         (self.work_dir / "users.xml").write_text(_USERS)
@@ -346,3 +377,76 @@ class ClickHouseServer:
                 text = path.read_text(errors="replace").splitlines()[-lines:]
                 chunks.append(f"--- {name}\n" + "\n".join(text))
         return "\n".join(chunks)
+
+
+class ClickHouseShards:
+    """``count`` private servers, each one shard of the cluster ``cluster`` in every server's config.
+
+    Each server has its own directory (``work_dir/shard-N`` when given) and its own 127.0.0.1
+    ports; the native ports are chosen before the first start, since every config names them
+    all. No ZooKeeper: no ``ON CLUSTER`` DDL and no replication, so the schema is created on each
+    shard by the sink (``VerdictSink.ensure_schema``). Use it as a context manager.
+    """
+
+    def __init__(self, work_dir: Path | None = None, *, count: int = 2, cluster: str = "eroica_shards",
+                 startup_timeout_s: float = 60.0, stop_timeout_s: float = 10.0) -> None:
+        if count < 1:
+            raise ValueError("a cluster needs at least one shard")
+        _remote_servers_xml({cluster: []})  # validates the name
+        self.cluster = cluster
+        self.count = count
+        self._work_dir = Path(work_dir) if work_dir is not None else None
+        self._startup_timeout_s = startup_timeout_s
+        self._stop_timeout_s = stop_timeout_s
+        self.servers: list[ClickHouseServer] = []
+
+    @property
+    def urls(self) -> list[str]:
+        """Each shard's ``clickhouse://127.0.0.1:PORT/default``."""
+        return [s.url for s in self.servers]
+
+    def start(self) -> ClickHouseShards:
+        """Start every shard; on a port taken between the probe and the bind, all start again."""
+        last: ClickHouseServerError | None = None
+        for _attempt in range(3):
+            ports: list[int] = []
+            while len(ports) < self.count:
+                p = _free_port()
+                if p not in ports:
+                    ports.append(p)
+            layout = {self.cluster: [("127.0.0.1", p) for p in ports]}
+            self.servers = [
+                ClickHouseServer(
+                    None if self._work_dir is None else self._work_dir / f"shard-{i + 1}",
+                    native_port=p, remote_servers=layout,
+                    startup_timeout_s=self._startup_timeout_s, stop_timeout_s=self._stop_timeout_s,
+                )
+                for i, p in enumerate(ports)
+            ]
+            try:
+                for server in self.servers:
+                    server.start()
+                return self
+            except ClickHouseServerError as exc:
+                last = exc
+                self.stop()
+                if "address already in use" not in str(exc).lower():
+                    break
+        assert last is not None
+        raise last
+
+    def stop(self) -> None:
+        """Stop every shard (each: SIGTERM, then SIGKILL after its stop timeout)."""
+        for server in self.servers:
+            server.stop()
+
+    def __enter__(self) -> ClickHouseShards:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -6,6 +6,10 @@
   is missing the test is skipped, except under ``CI`` where it fails: CI must
   never silently skip the real server path. Install it with
   ``.ci/install-clickhouse.sh``.
+- ``clickhouse_shards``: two private servers for the test session, each one
+  shard of the cluster ``eroica_shards`` named in both configs
+  (:class:`eroica.stack.clickhouse_server.ClickHouseShards`); skips or fails
+  like ``clickhouse_server``.
 - ``clickhouse_config``: parametrised over both backends ("server", "chdb");
   a fresh database per test (and, for chdb, a fresh data directory, because
   chdb serves one directory per process and must be free for the next test).
@@ -26,7 +30,12 @@ from pathlib import Path
 import pytest
 from eroica.models.verdict import Verdict, finding_key, incident_id, verdict_id
 from eroica.sinks.clickhouse import ClickHouseConfig, RetryPolicy, VerdictSink
-from eroica.stack.clickhouse_server import ClickHouseServer, ClickHouseServerError, find_server_binary
+from eroica.stack.clickhouse_server import (
+    ClickHouseServer,
+    ClickHouseServerError,
+    ClickHouseShards,
+    find_server_binary,
+)
 
 BACKENDS = ("server", "chdb")
 
@@ -69,6 +78,20 @@ def clickhouse_server(
         pytest.fail(f"clickhouse-server did not start: {exc}", pytrace=False)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def clickhouse_shards(
+    clickhouse_server_binary: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ClickHouseShards]:
+    """Two started private servers, the shards of the cluster ``eroica_shards`` (free 127.0.0.1 ports)."""
+    shards = ClickHouseShards(tmp_path_factory.mktemp("clickhouse-shards"), count=2, cluster="eroica_shards")
+    try:
+        shards.start()
+    except ClickHouseServerError as exc:
+        pytest.fail(f"the two clickhouse-server shards did not start: {exc}", pytrace=False)
+    yield shards
+    shards.stop()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -406,7 +406,8 @@ def test_every_split_covers_each_line_once() -> None:
 @pytest.fixture(scope="module")
 def realistic_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """Seed 6 of the realistic profile draws ~10 s steps: job windows span several time
-    windows, so steps cut by window edges are carried and summed in both paths."""
+    windows, so steps cut by window edges are carried and summed in both paths. Its
+    collector writes collectives as NCCL kernels (nuisance 13)."""
     path = tmp_path_factory.mktemp("determinism-realistic") / "realistic.jsonl"
     cfg = SimConfig(nodes=4, gpus=4, profile="realistic", seed=6, job="det-realistic",
                     faults=["gpu_throttle:rank=6", "nic:node=node-2,nic=1"])
@@ -421,3 +422,18 @@ def test_realistic_multi_fault_run_streams_to_the_ids_of_analyze(realistic_run: 
     for partitions, frame_records, seed in ((1, 1000, 0), (3, 300, 1), (5, 100, 2)):
         _same(run.reference, _stream(run, partitions, frame_records, 8192, seed),
               f"realistic over {partitions} partition(s)")
+
+
+def test_without_a_job_record_the_stages_read_from_communicators_stream_to_the_ids_of_analyze(
+        tmp_path: Path) -> None:
+    """Seed 8's collector writes no job record and no stacks: the pipeline stages come from the
+    communicators, in every partition split alike."""
+    path = tmp_path / "nojob.jsonl"
+    cfg = SimConfig(nodes=4, gpus=4, pp=2, profile="realistic", seed=8, job="det-nojob",
+                    faults=["pp_imbalance:stage=1,factor=1.5"])
+    write_jsonl(cfg, path, truth_path=False)
+    assert b'"type":"job"' not in path.read_bytes()
+    run = _load("nojob", path)
+    assert any(k[0] == "workload" for k in run.reference.values()), run.reference
+    for partitions, frame_records, seed in ((1, 1000, 0), (4, 200, 3)):
+        _same(run.reference, _stream(run, partitions, frame_records, 8192, seed), f"no job record, {partitions} partition(s)")

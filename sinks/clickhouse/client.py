@@ -110,8 +110,9 @@ def read_settings(config: ClickHouseConfig) -> dict[str, Any]:
 # -- retries --------------------------------------------------------------------
 # Server error codes worth waiting for: the server is busy or briefly unable.
 # 3 UNEXPECTED_END_OF_FILE, 202 TOO_MANY_SIMULTANEOUS_QUERIES, 209 SOCKET_TIMEOUT,
-# 210 NETWORK_ERROR, 242 TABLE_IS_READ_ONLY, 252 TOO_MANY_PARTS.
-RETRYABLE_CODES = frozenset({3, 202, 209, 210, 242, 252})
+# 210 NETWORK_ERROR, 242 TABLE_IS_READ_ONLY, 252 TOO_MANY_PARTS, 279 ALL_CONNECTION_TRIES_FAILED (a shard
+# of a Distributed table is unreachable: 18.16 says 210 for a refused write to it, 279 for a read).
+RETRYABLE_CODES = frozenset({3, 202, 209, 210, 242, 252, 279})
 _CODE_RE = re.compile(r"Code:\s*(\d+)")
 
 
@@ -213,13 +214,19 @@ class NativeClient:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._driver_cls = DriverClient
-        self._client = self._connect("default", config.query_timeout_s)
+        # Sharded: a write through the Distributed tables returns only once every row is on its shard
+        # (insert_distributed_sync=1), so an acknowledged batch is stored and a shard that is down
+        # fails the INSERT (retried; the sink commits nothing). Without it the server would
+        # acknowledge a write queued on its own disk for later sending: the Kafka offsets would be
+        # committed for rows that no shard holds yet, and are lost with that disk.
+        writer_settings = {"insert_distributed_sync": 1} if config.cluster else None
+        self._client = self._connect("default", config.query_timeout_s, writer_settings)
         # Reads go over their own connection: a slow read never holds the writer's lock. Its
         # current database is Eroica's, so unqualified table names in user SQL resolve there.
         self._read_lock = threading.Lock()
         self._reader = self._connect(config.database, config.read_timeout_s + config.connect_timeout_s + 5.0)
 
-    def _connect(self, database: str, timeout_s: float) -> Any:
+    def _connect(self, database: str, timeout_s: float, settings: dict[str, Any] | None = None) -> Any:
         c = self.config
         return self._driver_cls(
             host=c.host,
@@ -232,6 +239,7 @@ class NativeClient:
             send_receive_timeout=timeout_s,
             sync_request_timeout=c.connect_timeout_s,
             client_name="eroica",
+            settings=settings,
         )
 
     def placeholder(self, name: str, ch_type: str) -> str:

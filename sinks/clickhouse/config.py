@@ -24,7 +24,19 @@ EROICA_CLICKHOUSE_RETRY_MAX_S          backoff cap, default 5 s
 EROICA_CLICKHOUSE_RETRY_DEADLINE_S     give up after this long in total, default 60 s
 EROICA_CLICKHOUSE_CONNECT_TIMEOUT_S    TCP connect timeout, default 3 s
 EROICA_CLICKHOUSE_QUERY_TIMEOUT_S      send/receive timeout, default 60 s
+EROICA_CLICKHOUSE_CLUSTER              a ``remote_servers`` cluster of the server: write and read
+                                       through ``Distributed`` tables over it (default: none)
 =====================================  ==========================================
+
+Sharding (``EROICA_CLICKHOUSE_CLUSTER``, server only: chdb has no cluster): the
+tables readers know (``verdicts``, ``summaries``) become ``Distributed`` tables
+over ``<name>_local`` tables on every shard of the cluster, which
+``VerdictSink.ensure_schema`` creates on each shard (``schema.py``). Rows go to
+the shard ``cityHash64(job) % shards``, so a verdict id always lands on the same
+shard and ReplacingMergeTree replaces its duplicates there. Writes use
+``insert_distributed_sync=1``: an INSERT returns only once every row is on its
+shard, so an acknowledged write is stored and a shard that is down fails it
+(the sink then retries and commits nothing).
 """
 
 from __future__ import annotations
@@ -50,6 +62,7 @@ ENV_VARS: tuple[str, ...] = (
     "EROICA_CLICKHOUSE_VERDICTS_TABLE", "EROICA_CLICKHOUSE_SUMMARIES_TABLE", "EROICA_CLICKHOUSE_BATCH_SIZE",
     "EROICA_CLICKHOUSE_RETRY_ATTEMPTS", "EROICA_CLICKHOUSE_RETRY_INITIAL_S", "EROICA_CLICKHOUSE_RETRY_MAX_S",
     "EROICA_CLICKHOUSE_RETRY_DEADLINE_S", "EROICA_CLICKHOUSE_CONNECT_TIMEOUT_S", "EROICA_CLICKHOUSE_QUERY_TIMEOUT_S",
+    "EROICA_CLICKHOUSE_CLUSTER",
 )
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -118,6 +131,8 @@ class ClickHouseConfig:
     read_max_memory_bytes: int = 1 << 30
     read_max_rows: int = 2_000_000  # the report reads up to 2M summary rows (report/query.py)
     read_max_bytes: int = 512 << 20
+    # A ``remote_servers`` cluster name: verdicts/summaries are Distributed tables over it ("": none).
+    cluster: str = ""
 
     def __post_init__(self) -> None:
         check_identifier(self.database, "database name")
@@ -134,6 +149,11 @@ class ClickHouseConfig:
             raise ValueError("read limits must be positive")
         if self.backend == "chdb" and not self.chdb_path:
             raise ValueError("chdb backend needs a data directory (chdb:///path) or :memory:")
+        if self.cluster:
+            check_identifier(self.cluster, "cluster name")
+            if self.backend == "chdb":
+                raise ValueError(f"cluster {self.cluster!r}: chdb has no cluster; shard on a ClickHouse server "
+                                 "(clickhouse://...) or unset EROICA_CLICKHOUSE_CLUSTER")
 
     # -- construction -----------------------------------------------------
     @classmethod
@@ -188,6 +208,7 @@ class ClickHouseConfig:
             ("EROICA_CLICKHOUSE_BATCH_SIZE", "batch_size", int),
             ("EROICA_CLICKHOUSE_CONNECT_TIMEOUT_S", "connect_timeout_s", float),
             ("EROICA_CLICKHOUSE_QUERY_TIMEOUT_S", "query_timeout_s", float),
+            ("EROICA_CLICKHOUSE_CLUSTER", "cluster", str),
         ):
             if env.get(var, "") != "":
                 kw[key] = _convert(var, env[var], conv)

@@ -27,6 +27,34 @@ queries read ``FINAL`` so duplicates never show, merged or not.
       FROM eroica.summaries FINAL
       WHERE job = '$job' AND $__timeFilter(window_start)
       GROUP BY fn, rank ORDER BY fn, rank
+
+Sharded (``config.cluster``, a ``remote_servers`` cluster of ClickHouse
+servers; server only, chdb has no cluster). All of its DDL is in this module:
+:func:`shard_ddl_statements` (every shard), :func:`ddl_statements` (the server
+the sink talks to), :func:`distributed_table_sql`, :data:`SHARDING_KEY`.
+
+- Each shard holds the tables above under ``<name>_local``
+  (:func:`local_table_name`), the same ReplacingMergeTree.
+- ``<name>`` itself is a ``Distributed`` table over them, on every shard (any
+  shard can take writes and reads), so everything that reads ``verdicts`` /
+  ``summaries`` (``eroica verdicts``/``sql``/``report``/``fleet``, the
+  ``job_windows`` view, the dashboards) reads every shard, unchanged.
+- Rows go to shard ``cityHash64(job) % shards`` (:data:`SHARDING_KEY`, equal
+  weights). Replacement works only within a shard, so every copy of a row
+  must land on the same one: both tables' keys start with ``job`` and a
+  verdict id hashes its job, so a job key sends each verdict id, and each
+  summary cell, always to the same shard (``verdict_id`` could not shard the
+  summaries, which have none). A job's whole history stays on one shard.
+  Skew is bounded by the size of one job, which is small for these tables.
+- ``FINAL`` through a Distributed table runs on each shard and the shards'
+  rows are disjoint, so ``SELECT ... FINAL`` reads each key once.
+- ClickHouse 18.16 refuses a ``MATERIALIZED`` column in a Distributed
+  insert ("Cannot insert column window_start, because it is MATERIALIZED
+  column"), so the Distributed summaries table declares ``window_start`` as an
+  ``ALIAS`` of the same expression (computed on the shards when read); its
+  columns are therefore written out, not copied with ``AS``.
+- No ``ON CLUSTER`` (it needs ZooKeeper): the sink runs the DDL on each shard
+  itself (``VerdictSink.ensure_schema``, addresses from ``system.clusters``).
 """
 
 from __future__ import annotations
@@ -37,6 +65,8 @@ __all__ = [
     "VERDICT_COLUMNS", "SUMMARY_COLUMNS", "VERDICT_NAMES", "SUMMARY_NAMES",
     "create_database_sql", "verdicts_table_sql", "summaries_table_sql", "ddl_statements",
     "JOB_WINDOWS_VIEW", "HARDWARE_COMPONENTS", "job_windows_view_sql", "migrate_verdicts_sql", "view_statements",
+    "SHARDING_KEY", "LOCAL_SUFFIX", "local_table_name", "distributed_table_sql", "shard_ddl_statements",
+    "cluster_shards_sql",
 ]
 
 # (name, type) in the Verdict struct's field order, then incident_id.
@@ -164,14 +194,73 @@ def job_windows_view_sql(database: str, verdicts_table: str, view: str = JOB_WIN
 
 def migrate_verdicts_sql(database: str, verdicts_table: str) -> list[str]:
     """For a verdicts table created before the cost columns (run once by hand; 18.16 has no
-    ``ADD COLUMN IF NOT EXISTS``, so these are not run at every start)."""
+    ``ADD COLUMN IF NOT EXISTS``, so these are not run at every start). Sharded: on each shard,
+    for ``local_table_name(verdicts_table)`` and for the Distributed ``verdicts_table``."""
     db, t = check_identifier(database, "database name"), check_identifier(verdicts_table, "table name")
     return [f"ALTER TABLE `{db}`.`{t}` ADD COLUMN `{n}` Float64 DEFAULT nan"
             for n in ("job_slowdown", "cost", "gpu_hours_lost_per_hour")]
 
 
+# -- sharded (server only) ------------------------------------------------------------------
+SHARDING_KEY = "cityHash64(job)"
+LOCAL_SUFFIX = "_local"
+
+
+def local_table_name(table: str) -> str:
+    """The shard-local table behind the Distributed table ``table``."""
+    return check_identifier(check_identifier(table, "table name") + LOCAL_SUFFIX, "local table name")
+
+
+def distributed_table_sql(database: str, table: str, cluster: str, local_table: str,
+                          columns: tuple[tuple[str, str], ...], extra: str = "") -> str:
+    """``CREATE TABLE db.table (...) ENGINE = Distributed(cluster, db, local_table, SHARDING_KEY)``."""
+    db, t = check_identifier(database, "database name"), check_identifier(table, "table name")
+    c, lt = check_identifier(cluster, "cluster name"), check_identifier(local_table, "table name")
+    return (
+        f"CREATE TABLE IF NOT EXISTS `{db}`.`{t}` (\n{_columns(columns)}{extra}\n)\n"
+        f"ENGINE = Distributed('{c}', '{db}', '{lt}', {SHARDING_KEY})"
+    )
+
+
+def _distributed_statements(config: ClickHouseConfig) -> list[str]:
+    db, cluster = config.database, config.cluster
+    return [
+        distributed_table_sql(db, config.verdicts_table, cluster, local_table_name(config.verdicts_table),
+                              VERDICT_COLUMNS),
+        distributed_table_sql(db, config.summaries_table, cluster, local_table_name(config.summaries_table),
+                              SUMMARY_COLUMNS, f",\n    `window_start` DateTime ALIAS {_WINDOW_START}"),
+    ]
+
+
+def shard_ddl_statements(config: ClickHouseConfig) -> list[str]:
+    """What each shard of ``config.cluster`` runs, in order (idempotent): the database, the local
+    ReplacingMergeTree tables and the Distributed tables over the whole cluster."""
+    if not config.cluster:
+        raise ValueError("shard_ddl_statements needs a cluster (EROICA_CLICKHOUSE_CLUSTER)")
+    return [
+        create_database_sql(config.database),
+        verdicts_table_sql(config.database, local_table_name(config.verdicts_table)),
+        summaries_table_sql(config.database, local_table_name(config.summaries_table)),
+        *_distributed_statements(config),
+    ]
+
+
+def cluster_shards_sql(placeholder: str) -> str:
+    """Every server of a cluster as the server asked knows it (its ``remote_servers``), the cluster's
+    name bound at ``placeholder``: ``(shard_num, replica_num, host_name, port)``. The tables are not
+    replicated, so each replica of a shard gets the DDL too (a Distributed insert writes to each)."""
+    return ("SELECT shard_num, replica_num, host_name, port FROM system.clusters "
+            f"WHERE cluster = {placeholder} ORDER BY shard_num, replica_num")
+
+
 def ddl_statements(config: ClickHouseConfig) -> list[str]:
-    """The statements ensure_schema runs, in order (each is idempotent)."""
+    """The statements ensure_schema runs on the server it talks to, in order (each is idempotent).
+
+    Sharded: the database and the Distributed tables only (the shards get
+    :func:`shard_ddl_statements`; this server is usually one of them).
+    """
+    if config.cluster:
+        return [create_database_sql(config.database), *_distributed_statements(config)]
     return [
         create_database_sql(config.database),
         verdicts_table_sql(config.database, config.verdicts_table),

@@ -9,6 +9,12 @@ parse tree as well) and runs it on the read path (``readonly=1``, time,
 memory and result limits, its own connection or session). Every read of this
 class goes that path, so no read ever holds up an insert.
 
+Sharded (``config.cluster``): writes and reads go through the Distributed
+tables, which keep the names ``verdicts``/``summaries`` (``schema.py``);
+:meth:`VerdictSink.ensure_schema` and :meth:`VerdictSink.optimize` also reach
+every server of the cluster, at the address the server's ``remote_servers``
+names, with this config's credentials.
+
 chdb note: the embedded engine lives in one process per data directory. A
 sink on ``chdb://`` is therefore usable only in the process that owns the
 directory; other processes must ask that process (an endpoint the service
@@ -26,7 +32,17 @@ from eroica.models.verdict import Verdict
 from .client import ClickHouseError, Client, QueryResult, open_client
 from .config import ClickHouseConfig
 from .readonly import ReadOnlySQLError, SQLPolicy, check_ast, check_readonly_sql
-from .schema import SUMMARY_COLUMNS, SUMMARY_NAMES, VERDICT_COLUMNS, VERDICT_NAMES, ddl_statements, view_statements
+from .schema import (
+    SUMMARY_COLUMNS,
+    SUMMARY_NAMES,
+    VERDICT_COLUMNS,
+    VERDICT_NAMES,
+    cluster_shards_sql,
+    ddl_statements,
+    local_table_name,
+    shard_ddl_statements,
+    view_statements,
+)
 from .shaping import WindowSummary, batched, summaries_from_rows, summary_rows, verdict_rows, verdicts_from_rows
 
 __all__ = ["VerdictSink", "SchemaMismatchError", "MAX_FILTER_VALUE", "check_filter_int"]
@@ -64,6 +80,7 @@ class VerdictSink:
         self.config = config if config is not None else ClickHouseConfig.from_env()
         self.client: Client = client if client is not None else open_client(self.config)
         self._clock_ns = clock_ns
+        self._open_client: Callable[[ClickHouseConfig], Client] = open_client  # a shard's client
 
     @classmethod
     def from_url(cls, url: str, **overrides: Any) -> VerdictSink:
@@ -77,30 +94,59 @@ class VerdictSink:
     def ensure_schema(self) -> None:
         """Create the database and both tables if absent, then check their columns.
 
-        Safe to call at every start and from several writers at once.
+        Safe to call at every start and from several writers at once. Sharded, every
+        server of the cluster gets its local tables and the Distributed tables first
+        (no ``ON CLUSTER`` without ZooKeeper), then this server its Distributed tables.
         """
-        for stmt in ddl_statements(self.config):
+        cfg = self.config
+        tables = [(cfg.verdicts_table, VERDICT_COLUMNS), (cfg.summaries_table, SUMMARY_COLUMNS)]
+        if cfg.cluster:
+            local = [(local_table_name(t), cols) for t, cols in tables]
+            for shard_config in self.shard_configs():
+                shard = self._open_client(shard_config)
+                try:
+                    for stmt in shard_ddl_statements(cfg):
+                        shard.execute(stmt)
+                    self._check_columns(shard, local + tables)
+                    for stmt in view_statements(cfg):
+                        shard.execute(stmt)
+                finally:
+                    shard.close()
+        for stmt in ddl_statements(cfg):
             self.client.execute(stmt)
-        c = self.client
-        res = c.query(
-            f"SELECT `table`, `name` FROM system.columns WHERE database = {c.placeholder('db', 'String')}",
+        self._check_columns(self.client, tables)
+        for stmt in view_statements(cfg):
+            self.client.execute(stmt)
+
+    def shard_configs(self) -> list[ClickHouseConfig]:
+        """This config once per server of ``config.cluster``, as the server this sink talks to names
+        them in its ``remote_servers`` (SchemaMismatchError when it knows no such cluster)."""
+        cfg, c = self.config, self.client
+        if not cfg.cluster:
+            return []
+        res = c.query(cluster_shards_sql(c.placeholder("cluster", "String")), {"cluster": cfg.cluster})
+        if not res.rows:
+            raise SchemaMismatchError(
+                f"{c.target} has no cluster {cfg.cluster!r} in its remote_servers "
+                "(EROICA_CLICKHOUSE_CLUSTER names one of the server's clusters)"
+            )
+        return [cfg.replace(host=host, port=int(port)) for _shard, _replica, host, port in res.rows]
+
+    def _check_columns(self, client: Client, tables: list[tuple[str, tuple[tuple[str, str], ...]]]) -> None:
+        res = client.query(
+            f"SELECT `table`, `name` FROM system.columns WHERE database = {client.placeholder('db', 'String')}",
             {"db": self.config.database},
         )
         have: dict[str, set[str]] = {}
         for table, name in res.rows:
             have.setdefault(table, set()).add(name)
-        for table, cols in (
-            (self.config.verdicts_table, VERDICT_COLUMNS),
-            (self.config.summaries_table, SUMMARY_COLUMNS),
-        ):
+        for table, cols in tables:
             missing = [n for n, _ in cols if n not in have.get(table, set())]
             if missing:
                 raise SchemaMismatchError(
-                    f"table {self.config.database}.{table} on {c.target} lacks columns {missing}; "
+                    f"table {self.config.database}.{table} on {client.target} lacks columns {missing}; "
                     "it was created by another version: migrate or choose another table name"
                 )
-        for stmt in view_statements(self.config):
-            self.client.execute(stmt)
 
     # -- writes -------------------------------------------------------------
     def write_verdicts(self, verdicts: Sequence[Verdict]) -> int:
@@ -119,9 +165,22 @@ class VerdictSink:
         return len(rows)
 
     def optimize(self) -> None:
-        """Merge parts now (``OPTIMIZE ... FINAL``); reads are correct without it."""
-        for table in (self.config.verdicts, self.config.summaries):
-            self.client.execute(f"OPTIMIZE TABLE {table} FINAL")
+        """Merge parts now (``OPTIMIZE ... FINAL``); reads are correct without it.
+
+        Sharded: the local tables of every server (a Distributed table cannot be optimized).
+        """
+        cfg = self.config
+        if not cfg.cluster:
+            for table in (cfg.verdicts, cfg.summaries):
+                self.client.execute(f"OPTIMIZE TABLE {table} FINAL")
+            return
+        for shard_config in self.shard_configs():
+            shard = self._open_client(shard_config)
+            try:
+                for table in (cfg.verdicts_table, cfg.summaries_table):
+                    shard.execute(f"OPTIMIZE TABLE `{cfg.database}`.`{local_table_name(table)}` FINAL")
+            finally:
+                shard.close()
 
     # -- reads --------------------------------------------------------------
     def query_verdicts(

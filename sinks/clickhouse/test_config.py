@@ -62,3 +62,13 @@ def test_backoff_is_exponential_and_capped() -> None:
     assert [p.delay(n) for n in range(1, 6)] == pytest.approx([0.1, 0.2, 0.4, 0.5, 0.5])
     with pytest.raises(ValueError):
         RetryPolicy(attempts=0)
+
+
+def test_cluster() -> None:
+    assert ClickHouseConfig().cluster == ""
+    c = ClickHouseConfig.from_env({"EROICA_CLICKHOUSE_URL": "clickhouse://ch/e", "EROICA_CLICKHOUSE_CLUSTER": "shards"})
+    assert c.cluster == "shards"
+    with pytest.raises(ValueError, match="cluster name"):
+        ClickHouseConfig(cluster="a'b")
+    with pytest.raises(ValueError, match="chdb has no cluster"):
+        ClickHouseConfig.from_url("chdb://:memory:", cluster="shards")

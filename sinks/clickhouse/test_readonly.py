@@ -90,3 +90,29 @@ def test_accepts_one_read_statement(sql: str, sent: str) -> None:
 def test_refuses_everything_else(sql: str) -> None:
     with pytest.raises(ReadOnlySQLError):
         check_readonly_sql(sql)
+
+
+@pytest.mark.parametrize("sql", [
+    # sharded (EROICA_CLICKHOUSE_CLUSTER): the Distributed tables keep the names; the shard-local ones are Eroica's too
+    "SELECT count() FROM verdicts FINAL",
+    "SELECT count() FROM eroica.verdicts_local FINAL",
+    "SELECT job, sum(beta) FROM eroica.summaries_local GROUP BY job",
+    "SHOW CREATE TABLE eroica.verdicts",
+    "DESCRIBE TABLE verdicts_local",
+])
+def test_accepts_the_sharded_tables(sql: str) -> None:
+    assert check_readonly_sql(sql) == sql
+
+
+@pytest.mark.parametrize("sql", [
+    # ... but never a table function that reads the cluster's servers around the guard
+    "SELECT count() FROM remote('127.0.0.1:9001', eroica.verdicts_local)",
+    "SELECT count() FROM remoteSecure('127.0.0.1:9440', eroica, verdicts_local)",
+    "SELECT count() FROM cluster('eroica_shards', eroica, verdicts_local)",
+    "SELECT count() FROM clusterAllReplicas('eroica_shards', eroica.verdicts_local)",
+    "SELECT * FROM eroica.verdicts WHERE job IN (SELECT job FROM cluster('eroica_shards', system, one))",
+    "DESCRIBE TABLE remote('127.0.0.1', eroica.verdicts_local)",
+])
+def test_refuses_cluster_table_functions(sql: str) -> None:
+    with pytest.raises(ReadOnlySQLError):
+        check_readonly_sql(sql)
