@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import Sequence, cast
+from typing import Any, Sequence, cast
 
 import numpy as np
 from msgspec.structs import astuple
@@ -108,20 +108,20 @@ def _encode_strings(values: Sequence[str | None]) -> tuple[np.ndarray, list[str]
                 del keys[keys.index("", at + 1)]
         vocab = keys
         codes = {k: i for i, k in enumerate(vocab)}
-        codes[None] = codes[""]  # type: ignore[index]
+        codes[None] = codes[""]
     else:
         vocab = list(table)
         codes = {k: i for i, k in enumerate(vocab)}
     # every key left in vocab is a str (None was renamed "" above)
-    return np.fromiter(map(codes.__getitem__, values), dtype=np.int32, count=len(values)), cast(list[str], vocab)  # type: ignore[arg-type]
+    return np.fromiter(map(codes.__getitem__, values), dtype=np.int32, count=len(values)), cast(list[str], vocab)
 
 
 _KIND_OF = {k: i for i, k in enumerate(FN_KINDS)}
-_OP_OF: dict = {None: -1, **{k: i for i, k in enumerate(COLLECTIVE_OPS)}}
+_OP_OF: dict[str | None, int] = {None: -1, **{k: i for i, k in enumerate(COLLECTIVE_OPS)}}
 _GETTERS = {t: {name: attrgetter(name) for name in schema} for t, schema in SCHEMAS.items()}
 
 
-def _as_table(records: Sequence, names: Sequence[str]) -> np.ndarray | None:
+def _as_table(records: Sequence[Any], names: Sequence[str]) -> np.ndarray | None:
     """Records as a 2-D object array (rows x schema fields), built in C; None unless they are Structs of one class."""
     cls = type(records[0])
     fields = getattr(cls, "__struct_fields__", None)
@@ -134,7 +134,7 @@ def _as_table(records: Sequence, names: Sequence[str]) -> np.ndarray | None:
     return table
 
 
-def from_records(type_: str, records: Sequence) -> Columns:
+def from_records(type_: str, records: Sequence[Any]) -> Columns:
     """Build columns from decoded structs of one type (the reader's hot path).
 
     The structs become one 2-D object array in C (``astuple`` + ``chain`` +
@@ -244,13 +244,13 @@ def concat(batches: Sequence[Columns]) -> Columns:
     return Columns(type_, arrays, vocab)
 
 
-def to_records(cols: Columns) -> list[dict]:
+def to_records(cols: Columns) -> list[dict[str, Any]]:
     """Back to contract dicts (absent optionals dropped); for writers and tests, not hot paths."""
     schema = SCHEMAS[cols.type]
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     decoded = {k: cols.strings(k) for k, t in schema.items() if t == CAT}
     for i in range(len(cols)):
-        rec: dict = {"type": cols.type}
+        rec: dict[str, Any] = {"type": cols.type}
         for name, dtype in schema.items():
             if dtype == CAT:
                 v = decoded[name][i]
@@ -282,7 +282,7 @@ _INT_COUNTERS = {
 }
 
 
-def _float_field(type_: str, name: str, v: float):
+def _float_field(type_: str, name: str, v: float) -> float | int | bool:
     if name == "link_up":
         return bool(v)
     if name in _INT_COUNTERS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from typing import Any
 
 import msgspec
 
@@ -37,7 +38,7 @@ def _head(raw: bytes, n: int) -> tuple[str, str]:
     return base64.b64encode(head).decode("ascii"), "base64"
 
 
-def encode_with_raw(doc: dict, raw: bytes | None, max_bytes: int = MAX_DEADLETTER_BYTES,
+def encode_with_raw(doc: dict[str, Any], raw: bytes | None, max_bytes: int = MAX_DEADLETTER_BYTES,
                     head_bytes: int = HEAD_BYTES) -> bytes:
     """``doc`` plus the raw fields above, encoded: the whole payload, or a reference past ``max_bytes``."""
     raw = bytes(raw or b"")

@@ -13,7 +13,7 @@ Encoded with msgpack (maps keyed by ints are allowed there, NaN survives).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 import msgspec
 
@@ -108,7 +108,10 @@ class WindowDigest(msgspec.Struct):
     version: int = DIGEST_VERSION
 
 
-def concat_rows(parts: Sequence[msgspec.Struct]) -> msgspec.Struct:
+_Rows = TypeVar("_Rows", bound=msgspec.Struct)
+
+
+def concat_rows(parts: Sequence[_Rows]) -> _Rows:
     """Rows of the same kind side by side (ranks of partitions, or time windows of one job)."""
     cls = type(parts[0])
     return cls(**{f: [x for p in parts for x in getattr(p, f)] for f in cls.__struct_fields__})
@@ -128,7 +131,7 @@ def merge_digests(digests: Sequence[WindowDigest]) -> WindowDigest:
     for name in ("ranks", "fns", "colls", "in_flight"):
         setattr(out, name, concat_rows([getattr(d, name) for d in digests]))
     for name in ("gpu", "gpu_index", "nic", "host"):
-        merged: dict = {}
+        merged: dict[int | str, object] = {}
         for d in digests:
             merged.update(getattr(d, name))
         setattr(out, name, merged)

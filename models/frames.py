@@ -95,9 +95,10 @@ def _pack_default(obj: Any) -> Any:
     raise TypeError(f"cannot pack {type(obj).__name__} into a frame")
 
 
-def _pack(kind: str, body: dict) -> bytes:
-    return MAGIC + bytes((FORMAT_VERSION,)) + _KIND_BYTE[kind] + msgpack.packb(
-        body, default=_pack_default, use_bin_type=True)
+def _pack(kind: str, body: dict[str, Any]) -> bytes:
+    header = MAGIC + bytes((FORMAT_VERSION,)) + _KIND_BYTE[kind]
+    packed: bytes = msgpack.packb(body, default=_pack_default, use_bin_type=True)  # msgpack is untyped: Any
+    return header + packed
 
 
 def frame_kind(data: bytes) -> str:
@@ -112,7 +113,7 @@ def frame_kind(data: bytes) -> str:
     return kind
 
 
-def _unpack(data: bytes, want: str) -> dict:
+def _unpack(data: bytes, want: str) -> dict[str, Any]:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise FrameError(f"not an Eroica frame: a {type(data).__name__}, not bytes")
     kind = frame_kind(data)
@@ -177,7 +178,7 @@ def compact_vocab(cols: Columns) -> Columns:
     return Columns(cols.type, arrays, vocab)
 
 
-def encode_frame(cols: Columns, meta: dict | None = None) -> bytes:
+def encode_frame(cols: Columns, meta: dict[str, Any] | None = None) -> bytes:
     """One columns frame: every schema column as a raw buffer, vocabularies compacted."""
     wire = _WIRE_DTYPES.get(cols.type)
     if wire is None:
@@ -198,7 +199,7 @@ def encode_frame(cols: Columns, meta: dict | None = None) -> bytes:
     return _pack(COLUMNS, {"t": cols.type, "n": n, "c": columns, "v": vocab, "m": meta or {}})
 
 
-def decode_frame(data: bytes) -> tuple[Columns, dict]:
+def decode_frame(data: bytes) -> tuple[Columns, dict[str, Any]]:
     """Columns and metadata of a columns frame; arrays are zero-copy, read-only views."""
     body = _unpack(data, COLUMNS)
     try:

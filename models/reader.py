@@ -15,7 +15,7 @@ import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import msgspec
 import numpy as np
@@ -32,7 +32,7 @@ DEFAULT_BATCH = 65536
 # its rejects hold this many bytes, so input that is all long bad lines stays bounded.
 MAX_INVALID_BYTES = 64 << 20
 
-_decoder = msgspec.json.Decoder(Record)
+_decoder: msgspec.json.Decoder[Record] = msgspec.json.Decoder(Record)
 
 
 @dataclass(frozen=True)
@@ -112,13 +112,14 @@ def open_source(path: str | Path) -> tuple[BinaryIO, str]:
     else:
         raw = open(path, "rb")
         name = str(path)
-    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type,type-var]
+    # typeshed's BufferedReader wants a RawIOBase; stdin's buffer or an open file reads alike
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[type-var]
     if buffered.peek(2)[:2] == GZIP_MAGIC:
         gz = gzip.GzipFile(fileobj=buffered, mode="rb")
         if raw is not sys.stdin.buffer:
             # GzipFile never closes a fileobj it was given: hand it the file.
-            gz.myfileobj = buffered  # type: ignore[attr-defined,assignment]
-        return gz, name  # type: ignore[return-value]
+            gz.myfileobj = buffered  # type: ignore[assignment]  # typeshed says FileIO; GzipFile only closes it
+        return gz, name  # type: ignore[return-value]  # a binary stream, though GzipFile is no typing.BinaryIO
     return buffered, name
 
 
@@ -246,7 +247,7 @@ def parse_lines(
     stays bounded even on input that is all rejects. Every line is decoded on
     its own (:func:`decode_line`): a bad one never takes its neighbours with it.
     """
-    by_type: dict[str, list] = {"fn": [], "gpu": [], "nic": [], "host": []}
+    by_type: dict[str, list[Record]] = {"fn": [], "gpu": [], "nic": [], "host": []}
     jobs: list[JobRecord] = []
     invalid: list[Invalid] = []
     invalid_bytes = 0
@@ -276,7 +277,7 @@ def parse_lines(
         yield _flush(by_type, jobs, invalid)
 
 
-def _flush(by_type: dict[str, list], jobs: list[JobRecord], invalid: list[Invalid]) -> Batch:
+def _flush(by_type: dict[str, list[Record]], jobs: list[JobRecord], invalid: list[Invalid]) -> Batch:
     cols = {t: from_records(t, recs) for t, recs in by_type.items() if recs}
     return Batch(cols, jobs, invalid)
 
@@ -284,9 +285,10 @@ def _flush(by_type: dict[str, list], jobs: list[JobRecord], invalid: list[Invali
 _TAG_OF = {FnRecord: "fn", GpuRecord: "gpu", NicRecord: "nic", HostRecord: "host"}
 
 
-def _flush_mixed(records: list, invalid: list[Invalid]) -> Batch:
+def _flush_mixed(records: list[Record], invalid: list[Invalid]) -> Batch:
     """A batch from decoded records of every kind, in input order (each type's order kept)."""
-    by_class: dict[type, list] = {c: [] for c in (FnRecord, GpuRecord, NicRecord, HostRecord, JobRecord)}
+    # one list per record class: by_class[JobRecord] holds only JobRecords, hence Any
+    by_class: dict[type, list[Any]] = {c: [] for c in (FnRecord, GpuRecord, NicRecord, HostRecord, JobRecord)}
     appends = {c: v.append for c, v in by_class.items()}
     for rec in records:
         appends[type(rec)](rec)
@@ -320,6 +322,7 @@ def decode_block(block: Block) -> list[Record] | None:
         return None
     # "[" | 0x20 == "{": one pass counts both openers
     if int(np.count_nonzero((arr | 0x20) == 0x7B)) - n_lines >= MAX_DEPTH:
+        # a block with `joined` has no line over the bound, so no None among its lines
         if max(line.count(b"{") + line.count(b"[") for line in block.lines) > MAX_DEPTH:  # type: ignore[union-attr]
             return None
     try:
@@ -342,7 +345,7 @@ def parse_blocks(
     :func:`parse_lines` does (same reasons, same dead letters, same batch
     boundaries).
     """
-    records: list = []
+    records: list[Record] = []
     invalid: list[Invalid] = []
     invalid_bytes = 0
     for block in blocks:

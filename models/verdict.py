@@ -10,7 +10,7 @@ that links the windows of one persisting problem (same hash without the window).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, get_args
 
 import msgspec
 
@@ -22,7 +22,7 @@ Component = Literal[
     "storage", "python", "workload", "config", "software",
 ]
 Scope = Literal["rank", "node", "job"]
-COMPONENTS: tuple[str, ...] = Component.__args__  # type: ignore[attr-defined]
+COMPONENTS: tuple[str, ...] = get_args(Component)
 
 
 class Verdict(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
@@ -63,16 +63,20 @@ def _digest(*parts: object) -> str:
     return h.hexdigest()
 
 
-def finding_key(job: str, kind: str, component: str, scope: str, node: str, rank: int, gpu: int, fn: str) -> tuple:
+# (job, kind, component, scope, node, rank, gpu, fn): what a verdict id hashes besides its window.
+FindingKey = tuple[str, str, str, str, str, int, int, str]
+
+
+def finding_key(job: str, kind: str, component: str, scope: str, node: str, rank: int, gpu: int, fn: str) -> FindingKey:
     return (job, kind, component, scope, node, int(rank), int(gpu), fn)
 
 
-def verdict_id(window_start_ns: int, window_end_ns: int, key: tuple) -> str:
+def verdict_id(window_start_ns: int, window_end_ns: int, key: FindingKey) -> str:
     """Stable id of a finding on a window."""
     return _digest("v1", int(window_start_ns), int(window_end_ns), *key)
 
 
-def incident_id(key: tuple) -> str:
+def incident_id(key: FindingKey) -> str:
     """Stable id of a finding across windows."""
     return _digest("i1", *key)
 
@@ -97,7 +101,10 @@ def encode_verdict(verdict: Verdict) -> bytes:
     return _encoder.encode(verdict)
 
 
-def _guarded(decoder: msgspec.json.Decoder, data: bytes, what: str):
+_T = TypeVar("_T")
+
+
+def _guarded(decoder: msgspec.json.Decoder[_T], data: bytes, what: str) -> _T:
     """Decode with size and depth bounded first; every failure is a ``msgspec.DecodeError`` with its reason.
 
     msgspec has no depth limit: a 2 KB verdict with 1,000 nested ``[`` in an

@@ -65,6 +65,7 @@ bench cost``: two faults read ~6% low).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -72,6 +73,7 @@ from eroica.models.columns import KIND_CODE
 from eroica.models.digest import WindowDigest
 
 from .expected import BW_CONFIG  # the config finding's own threshold for naming the inter-node path
+from .findings import Finding
 from .grouping import dense_ids, group_max, group_min
 
 # A cell whose own work exceeds its rank's persistent level by more than this many
@@ -106,9 +108,9 @@ class WindowCost:
     slowdown: float          # S
     # communicators paced by a member's slow data path (:func:`paced_transfers`): (members (R,) bool,
     # pacers (R,) bool, the communicator's transfer excess per step (S,) ns)
-    paced: tuple = ()
+    paced: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...] = ()
 
-    def extra_of(self, ranks) -> float:
+    def extra_of(self, ranks: Iterable[int]) -> float:
         """Mean per-step time the job loses when only ``ranks`` keep their measured own work.
 
         A communicator whose transfer a member's slow data path paces (:func:`paced_transfers`) is as
@@ -125,7 +127,7 @@ class WindowCost:
                 scen[rows] = scen[rows] - excess[None, :]
         return float(np.mean(scen.max(axis=0) - self.ideal.max(axis=0)))
 
-    def cost_of(self, ranks) -> float:
+    def cost_of(self, ranks: Iterable[int]) -> float:
         """S_X for X = ``ranks`` (those keep their measured own work, all other ranks ideal)."""
         if self.ideal_ns <= 0:
             return 1.0
@@ -376,7 +378,7 @@ def lost_share(s_x: float) -> float:
 ROUND = 4
 
 
-def declared_excess_ns(evidence: dict, step_ns: float) -> float | None:
+def declared_excess_ns(evidence: dict[str, Any], step_ns: float) -> float | None:
     """Per-step time that a finding the peer comparison cannot price says the job loses, from its evidence.
 
     Only causes invisible to the waits (every rank alike, or a whole pipeline stage, which is its own
@@ -399,7 +401,7 @@ def declared_excess_ns(evidence: dict, step_ns: float) -> float | None:
     return None if declared is None else declared[1]
 
 
-def declared_cause(evidence: dict, step_ns: float, kept_wait_ns: float = 0.0) -> tuple[str, float] | None:
+def declared_cause(evidence: dict[str, Any], step_ns: float, kept_wait_ns: float = 0.0) -> tuple[str, float] | None:
     """(what the cause is, its per-step excess) for :func:`declared_excess_ns`: several findings may
     declare one cause (a stage spread over two nodes gives one finding per node), counted once.
     ``kept_wait_ns``: the typical rank's waiting per step that the waits' ideal keeps
@@ -408,7 +410,7 @@ def declared_cause(evidence: dict, step_ns: float, kept_wait_ns: float = 0.0) ->
     return None if c is None else (c[0], c[1])
 
 
-def _declared(evidence: dict, step_ns: float, kept_wait_ns: float = 0.0) -> tuple[str, float, bool] | None:
+def _declared(evidence: dict[str, Any], step_ns: float, kept_wait_ns: float = 0.0) -> tuple[str, float, bool] | None:
     """:func:`declared_cause` and whether its excess is already bounded by the critical path
     (the network's: by the collectives' exposed time)."""
     try:
@@ -451,7 +453,7 @@ NVLINK_BUS_Bps = 230e9
 MIN_IDEAL_SHARE = 0.01
 
 
-def network_excess_ns(evidence: dict, kept_wait_ns: float = 0.0) -> tuple[str, float] | None:
+def network_excess_ns(evidence: dict[str, Any], kept_wait_ns: float = 0.0) -> tuple[str, float] | None:
     """(cause, per-step excess) of a slow inter-node path or NVLink left unused, from a finding's evidence
     (:func:`.expected._collective_findings`); None where the evidence does not carry the transfer times.
 
@@ -498,7 +500,7 @@ def network_excess_ns(evidence: dict, kept_wait_ns: float = 0.0) -> tuple[str, f
 _NONE: dict[str, float | None] = {"job_slowdown": None, "cost": None, "gpu_hours_lost_per_hour": None}
 
 
-def finding_costs(wc: WindowCost | None, findings: list, world: int) -> list[dict[str, float | None]]:
+def finding_costs(wc: WindowCost | None, findings: list[Finding], world: int) -> list[dict[str, float | None]]:
     """The optional verdict fields of each finding of one job window, in order.
 
     ``job_slowdown`` (S) is the window's: the waits' ideal (:func:`window_cost`) less the per-step

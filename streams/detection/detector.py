@@ -14,6 +14,7 @@ Order of reasoning (PerfTracker's differential observability):
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import msgspec
 
@@ -166,7 +167,7 @@ def _one_per_culprit(findings: list[Finding]) -> list[Finding]:
 
     Ties go to a stable key (score, then function name), never to the order the tests ran in.
     """
-    best: dict[tuple, Finding] = {}
+    best: dict[tuple[str, str, str, str, int], Finding] = {}
     for f in findings:
         key = (f.kind, f.component, f.scope, f.node, f.rank)
         if key not in best or (f.confidence, f.score, f.fn) > (best[key].confidence, best[key].score, best[key].fn):
@@ -388,13 +389,14 @@ def _assign_victims(findings: list[Finding], p: Patterns, coll: CollectiveStats,
 
 # --- contract verdicts ----------------------------------------------------------
 
-def _plain(evidence: dict) -> dict:
+def _plain(evidence: dict[str, Any]) -> dict[str, Any]:
     """Evidence as plain JSON-able Python (numpy scalars become floats/ints; NaN stays NaN)."""
-    return msgspec.to_builtins(evidence, enc_hook=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
+    plain: dict[str, Any] = msgspec.to_builtins(evidence, enc_hook=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
+    return plain
 
 
 def to_verdict(f: Finding, job: str, start_ns: int, end_ns: int, detected_at_ns: int,
-               price: dict | None = None) -> Verdict:
+               price: dict[str, Any] | None = None) -> Verdict:  # price: finding_costs' fields (float or None)
     key = finding_key(job, f.kind, f.component, f.scope, f.node, f.rank, f.gpu, f.fn)
     where = (f"rank {f.rank} on {f.node or '?'}" if f.scope == "rank"
              else f"node {f.node}" if f.scope == "node" else f"job {job}")
@@ -404,7 +406,8 @@ def to_verdict(f: Finding, job: str, start_ns: int, end_ns: int, detected_at_ns:
     return Verdict(
         verdict_id=verdict_id(start_ns, end_ns, key), job=job,
         window_start_ns=start_ns, window_end_ns=end_ns, detected_at_ns=int(detected_at_ns),
-        kind=f.kind, component=f.component, scope=f.scope,  # type: ignore[arg-type]
+        # Finding's fields are str, the Verdict's Literals; `unused-ignore`: Verdict is Any while mypy cannot follow `eroica.*`
+        kind=f.kind, component=f.component, scope=f.scope,  # type: ignore[arg-type, unused-ignore]
         node=f.node if f.scope != "job" else "", rank=f.rank if f.scope == "rank" else -1,
         gpu=f.gpu if f.scope == "rank" else -1, fn=f.fn,
         slowdown=float(max(1.0, f.slowdown)), score=float(f.score), confidence=float(f.confidence),

@@ -9,13 +9,13 @@ outside the range is abnormal even when all its ranks agree.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from eroica.models.columns import OP_CODE
 
-from .collectives import CollectiveStats
+from .collectives import CollectiveStats, GroupStats
 from .counters import CounterSummary
 from .findings import Finding
 from .history import PauseRecord, PauseWindow
@@ -204,7 +204,7 @@ def link_capacity_Bps(counters: CounterSummary, ports: PortMap | None = None,
 _BUS_FACTOR_OPS = {OP_CODE["all_reduce"]: 2.0, OP_CODE["all_gather"]: 1.0, OP_CODE["reduce_scatter"]: 1.0}
 
 
-def bus_bandwidth(g) -> float:
+def bus_bandwidth(g: GroupStats) -> float:
     """What each link of the group carries per second (NCCL's busbw), from bytes / transfer time.
 
     A ring all-reduce sends 2(n-1)/n of the buffer over every link, all-gather
@@ -250,7 +250,7 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
     hw = [a for a in anomalies if a.kind in ("degraded", "flaky")]
     cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout))
     reasons: list[str] = []
-    evidence: dict = {}
+    evidence: dict[str, Any] = {}
     if np.isfinite(ratio):
         evidence["inter_node_bandwidth_share_of_link"] = {"median": round(ratio, 4), "link_Bps": cap,
                                                            "groups": names[:8], "ports": ports.summary(),
@@ -358,7 +358,7 @@ def _nodes_without_congestion_counters(counters: CounterSummary, ports: PortMap)
 
 def _slower_than_family(coll: CollectiveStats, ranks: set[int], margin: float = 0.9) -> bool:
     """Some inter-node communicator through these ranks moves data slower than its fastest sibling."""
-    families: dict[tuple, list] = {}
+    families: dict[tuple[int, int], list[GroupStats]] = {}
     for g in coll.groups:
         if not g.intra_node and not g.p2p and np.isfinite(g.bandwidth) and g.bytes_per_step >= MIN_COLL_BYTES:
             families.setdefault((len(g.ranks), g.op), []).append(g)

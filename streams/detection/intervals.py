@@ -10,6 +10,7 @@ sort / ``searchsorted`` serves every rank.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -28,14 +29,15 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return ms, me
 
 
-def covered(hs: np.ndarray, he: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def covered(hs: npt.NDArray[np.int64], he: npt.NDArray[np.int64],
+            a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Length of ``[a, b)`` covered by the disjoint sorted intervals ``(hs, he)``."""
     if hs.size == 0:
         return np.zeros(a.shape, dtype=np.int64)
     lengths = he - hs
     cum = np.concatenate(([0], np.cumsum(lengths)))
 
-    def upto(t: np.ndarray) -> np.ndarray:
+    def upto(t: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         j = np.searchsorted(hs, t, side="right") - 1
         jj = np.clip(j, 0, None)
         part = np.clip(t - hs[jj], 0, lengths[jj])

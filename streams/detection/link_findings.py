@@ -9,6 +9,8 @@ fewer than three nodes (too few same-shaped groups to compare) still names it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import attribution as attr
@@ -33,7 +35,7 @@ NVLINK_ACTIVE_BPS = 1e6   # ring-mates below 1 MB/s do not use NVLink at all (a 
 
 
 def link_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
-                  step_ns: float, anomalies: list) -> list[Finding]:
+                  step_ns: float, anomalies: list[NicAnomaly]) -> list[Finding]:
     slow = slow_groups(coll, step_ns, layout.rank_stage)
     out: list[Finding] = []
     inter = [s for s in slow if not s.group.intra_node]
@@ -102,7 +104,7 @@ def _pcie_link_finding(rank: int, s: SlowGroup, layout: Layout, counters: Counte
                                             f" (its GPUDirect traffic crosses PCIe)"))
 
 
-def _link_summary(s, what: str) -> str:
+def _link_summary(s: SlowGroup, what: str) -> str:
     return (f"{what}; collectives of group {s.group.name} move data {s.ratio:.2f}x slower than "
             f"{s.peer_groups} groups of the same shape")
 
@@ -211,7 +213,7 @@ def nvlink_counter_findings(layout: Layout, counters: CounterSummary, coll: Coll
 def _nic_finding(node: str, anomaly: NicAnomaly | None, s: SlowGroup, layout: Layout, p: Patterns,
                  coll: CollectiveStats) -> Finding:
     ranks = layout.node_ranks(node, p.ranks)
-    evidence: dict[str, dict] = {
+    evidence: dict[str, dict[str, Any]] = {
         "transfer_ns_per_step": {"culprit": round(s.group.transfer_per_step), "ratio": round(s.ratio, 3)}}
     what = f"NIC on {node}"
     if anomaly is not None:
@@ -227,7 +229,7 @@ def _nic_finding(node: str, anomaly: NicAnomaly | None, s: SlowGroup, layout: La
                    evidence=evidence, summary=_link_summary(s, what))
 
 
-def _network_finding(nodes: list[str], s, layout: Layout, p: Patterns, anomalies) -> Finding:
+def _network_finding(nodes: list[str], s: SlowGroup, layout: Layout, p: Patterns, anomalies: list[NicAnomaly]) -> Finding:
     culprits = [r for n in nodes for r in layout.node_ranks(n, p.ranks)]
     evidence = {"nodes": {"culprit": nodes},
                 "transfer_ns_per_step": {"culprit": round(s.group.transfer_per_step), "ratio": round(s.ratio, 3)}}

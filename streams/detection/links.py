@@ -12,6 +12,7 @@ errors) or that the fabric is congested.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -126,7 +127,7 @@ class NicAnomaly:
     node: str
     nic: str
     kind: str          # degraded | flaky | congested
-    evidence: dict
+    evidence: dict[str, Any]
     strength: float
 
 

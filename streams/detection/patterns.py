@@ -229,11 +229,11 @@ def build_patterns(d: WindowDigest) -> Patterns:
     w = np.asarray(f.steps, dtype=np.float64) if len(f.steps) == len(f.fn) else np.ones(len(f.fn))
     present = np.bincount(cell, minlength=n_cells) > 0
 
-    def summed(values: list) -> np.ndarray:
+    def summed(values: list[float]) -> np.ndarray:
         m = np.bincount(cell, weights=np.asarray(values, dtype=np.float64), minlength=n_cells)
         return np.where(present, m, np.nan).reshape(n_r, max(n_f, 1))[:, :n_f]
 
-    def wmedian(values: list) -> np.ndarray:
+    def wmedian(values: list[float]) -> np.ndarray:
         m = group_weighted_median(cell, np.asarray(values, dtype=np.float64), w, n_cells)
         return m.reshape(n_r, max(n_f, 1))[:, :n_f]
 

@@ -7,6 +7,7 @@ the median and the median absolute deviation are not (breakdown point 50%).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its sigma
 
@@ -44,8 +45,9 @@ def leave_one_out_median(values: np.ndarray) -> np.ndarray:
     # Median of s without position p: positions of the middle elements shift by one when p <= mid.
     lo_idx, hi_idx = (m - 1) // 2, m // 2
     pos = np.arange(n)
-    def pick(k: int) -> np.ndarray:
-        return np.where(pos <= k, s[min(k + 1, n - 1)], s[k])
+    def pick(k: int) -> npt.NDArray[np.float64]:
+        picked: npt.NDArray[np.float64] = np.where(pos <= k, s[min(k + 1, n - 1)], s[k])  # where() of scalars: Any
+        return picked
     med_sorted = 0.5 * (pick(lo_idx) + pick(hi_idx))
     out = np.empty(n)
     out[order] = med_sorted

@@ -28,7 +28,7 @@ step number, never by time, so they stay whole.
 
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+from typing import Any, Sequence, TypeVar
 
 import msgspec
 import numpy as np
@@ -77,8 +77,9 @@ def _merge_metrics(maps: Sequence[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def _merge_counters(digests: Sequence[WindowDigest], name: str) -> dict:
-    per: dict = {}
+def _merge_counters(digests: Sequence[WindowDigest], name: str) -> dict[Any, dict[str, float]]:
+    """Keys are GPU ranks (int) or node / NIC names (str), by ``name``: Any."""
+    per: dict[Any, list[dict[str, float]]] = {}
     for d in digests:
         for k, m in getattr(d, name).items():
             per.setdefault(k, []).append(m)

@@ -44,8 +44,10 @@ in X.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from eroica.models.columns import KIND_CODE, OP_CODE
 
@@ -104,7 +106,7 @@ class WhatIf:
     step_actual: np.ndarray = field(default_factory=lambda: np.empty(0))
     step_ideal: np.ndarray = field(default_factory=lambda: np.empty(0))
 
-    def to_json(self, job: str) -> dict:
+    def to_json(self, job: str) -> dict[str, Any]:
         return {
             "job": job, "steps": self.steps, "slowdown": self.slowdown,
             "step_s": {"actual": self.actual_s, "ideal": self.ideal_s},
@@ -137,7 +139,7 @@ def _occurrence(order_keys: tuple[np.ndarray, ...], by: np.ndarray) -> np.ndarra
     return occ
 
 
-def _group_stat(values: np.ndarray, gid: np.ndarray, stat: str) -> np.ndarray:
+def _group_stat(values: npt.NDArray[np.float64], gid: npt.NDArray[np.intp], stat: str) -> npt.NDArray[np.float64]:
     """Per-row statistic (median or mean) of ``values`` over the rows of the same group."""
     n_groups = int(gid.max()) + 1 if gid.size else 0
     if stat == "mean":

@@ -1,0 +1,113 @@
+"""The peer test on hand-built patterns: one rank's function against the same function on its role's other ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .patterns import K_COLL, K_IO, K_KERNEL, K_LOADER, K_MEMCPY, K_PYTHON, Patterns
+from .peers import MIN_PEERS, abnormal_cells, category_of, role_ratio
+
+MS = 1e6
+STEP_NS = 1000 * MS
+
+
+def patterns(per_step: np.ndarray, kinds: list[int], steps: int = 10) -> Patterns:
+    """Ranks 0..R-1, functions f0..f(F-1) of ``kinds``; per_step[r, f] ns per step, every step 1 s."""
+    n_r, n_f = per_step.shape
+    return Patterns(
+        ranks=np.arange(n_r), fn_names=[f"f{i}" for i in range(n_f)], fn_stacks=[""] * n_f,
+        fn_kinds=np.array(kinds, dtype=np.int64), count=np.full((n_r, n_f), steps), total_ns=per_step * steps,
+        excl_ns=per_step * steps, median_ns=per_step, p90_ns=per_step, p99_ns=per_step, per_step_ns=per_step,
+        low_ns=per_step, beta=per_step / STEP_NS, steps=np.full(n_r, steps), step_time_ns=np.full(n_r, STEP_NS),
+        window_ns=int(steps * STEP_NS), sporadic=np.zeros((n_r, n_f), dtype=bool))
+
+
+def noisy(n_r: int, n_f: int, level_ms: float = 100.0) -> np.ndarray:
+    """Healthy peers: about ``level_ms`` each, within +-1%."""
+    jitter = np.linspace(-0.01, 0.01, n_r)[:, None] * np.ones((1, n_f))
+    return level_ms * (1.0 + jitter) * MS
+
+
+def one_role(n: int) -> dict[int, np.ndarray]:
+    return {0: np.arange(n)}
+
+
+def test_a_clearly_slower_rank_is_abnormal_its_peers_are_not():
+    m = noisy(8, 1)
+    m[3, 0] = 130 * MS   # 30% slower than the median of the 7 others
+    cells = abnormal_cells(patterns(m, [K_KERNEL]), one_role(8))
+    assert [(c.slot, c.fn) for c in cells] == [(3, 0)]
+    c = cells[0]
+    assert c.ratio > 1.25 and c.z >= 5 and c.n_peers == 7
+    assert c.excess == c.value - c.peer_median
+
+
+def test_below_ten_percent_slower_is_not_abnormal():
+    # 8% over peers that agree within 1%: under MIN_RATIO (and the z scale's floor of 2% of
+    # the median keeps it under MIN_Z too: tight peers never make a small excess significant)
+    m = noisy(8, 1)
+    m[3, 0] = 108 * MS
+    assert abnormal_cells(patterns(m, [K_KERNEL]), one_role(8)) == []
+    m[3, 0] = 112 * MS
+    assert [c.slot for c in abnormal_cells(patterns(m, [K_KERNEL]), one_role(8))] == [3]
+
+
+def test_a_function_that_costs_peers_nothing_is_judged_against_a_floor_of_the_step():
+    # Peers spend ~0: ratio and z use a floor of 0.1% of the step (1 ms), so 3 ms more is
+    # 3 floors (z < 5) and no alarm, while 10 ms more is; the ratio stays finite.
+    m = noisy(8, 1, level_ms=0.01)
+    m[3, 0] = 3.0 * MS
+    assert abnormal_cells(patterns(m, [K_PYTHON]), one_role(8)) == []
+    m[3, 0] = 10.0 * MS
+    cells = abnormal_cells(patterns(m, [K_PYTHON]), one_role(8))
+    assert [c.slot for c in cells] == [3]
+    assert np.isfinite(cells[0].ratio) and abs(cells[0].ratio - 10.0) < 0.01
+
+
+def test_collectives_are_never_compared():
+    # the culprit of a collective waits least; its victims' long collectives point at nobody here
+    m = noisy(8, 2)
+    m[:, 1] = 300 * MS
+    m[5, 1] = 10 * MS    # the one the others waited for
+    m[0, 1] = 900 * MS   # a victim
+    assert abnormal_cells(patterns(m, [K_KERNEL, K_COLL]), one_role(8)) == []
+
+
+def test_roles_compare_inside_themselves_and_small_roles_are_skipped():
+    m = noisy(12, 1)
+    m[8:, 0] = 200 * MS          # a whole role (ranks 8..11) twice as slow: alike inside itself
+    roles = {0: np.arange(8), 1: np.arange(8, 12)}
+    assert abnormal_cells(patterns(m, [K_KERNEL]), roles) == []
+    m[10, 0] = 300 * MS          # one of them 50% slower than its own role
+    assert [c.slot for c in abnormal_cells(patterns(m, [K_KERNEL]), roles)] == [10]
+    small = {0: np.arange(MIN_PEERS - 1)}
+    m2 = noisy(MIN_PEERS - 1, 1)
+    m2[0, 0] = 500 * MS
+    assert abnormal_cells(patterns(m2, [K_KERNEL]), small) == []
+
+
+def test_the_kernels_switch_restricts_the_test():
+    m = noisy(8, 2)
+    m[2, 0] = 150 * MS   # a kernel
+    m[6, 1] = 150 * MS   # a host function
+    p = patterns(m, [K_KERNEL, K_PYTHON])
+    assert {c.slot for c in abnormal_cells(p, one_role(8))} == {2, 6}
+    assert [c.slot for c in abnormal_cells(p, one_role(8), kernels=True)] == [2]
+    assert [c.slot for c in abnormal_cells(p, one_role(8), kernels=False)] == [6]
+
+
+def test_categories():
+    assert category_of(K_KERNEL) == "kernel"
+    assert category_of(K_MEMCPY) == "memcpy"
+    assert category_of(K_LOADER) == category_of(K_IO) == "loader"
+    assert category_of(K_PYTHON) == "host"
+
+
+def test_role_ratio_sums_the_functions_against_the_other_ranks_median():
+    m = noisy(5, 2)
+    m[4] = [150 * MS, 150 * MS]
+    p = patterns(m, [K_KERNEL, K_KERNEL])
+    members = np.arange(5)
+    assert abs(role_ratio(p, members, np.array([0, 1]), 4) - 1.5) < 0.01
+    assert abs(role_ratio(p, members, np.array([0, 1]), 0) - 1.0) < 0.02
+    assert role_ratio(p, members, np.array([], dtype=np.int64), 4) == 1.0
