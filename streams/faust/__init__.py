@@ -39,8 +39,9 @@ analysed is dropped and counted (``late_windows``, a warning). Verdict ids
 come from the core, so a file replayed through the stream gives exactly the
 ids ``eroica analyze FILE --window W`` gives (tests: ``test_cores.py``,
 ``test_workers.py``). The per-job :class:`~.detector.JobState` (JobHistory,
-last window done, job record, sources' progress, end markers) is persisted to
-the state topic after each change.
+last window done, job record, sources' progress, end markers) is persisted
+after each change through ``state.py`` (a plain state topic by default, or a
+faust Table with ``EROICA_STATE_STORE=table``), never per frame or digest.
 
 **Delivery** (at-least-once, idempotent output). A raw or summaries message is
 acknowledged only once its effect is on an output topic: a frame once the
@@ -56,12 +57,14 @@ its verdicts **with the same verdict ids**, which the sink dedupes. Verdict
 ids never depend on timing (``detected_at_ns`` does). Not exactly-once: no
 Kafka transactions (not used on tansu).
 
-faust Tables are not used: on tansu 0.6.0 their recovery lost entries (it
-trusts the high watermark that tansu misreports) and lost or re-processed
-stream messages around it; the detector's state lives in a plain topic read
-back up to a marker (``state.py``). ``faustfix.py`` lists the patches applied
-to faust 0.15.3 (fetch wait 100 ms, acks only from our gate, strict commit
-offsets) and why.
+Job states: ``state.py``, one interface with two backends. The default is a
+plain topic read back up to a marker (tansu's ListOffsets is wrong, so faust
+Table recovery lost entries there); a faust Table with its changelog
+(``EROICA_STATE_STORE=table``, or ``auto`` on Apache Kafka) recovers correctly
+on Kafka, but a restarted detector's stream stalled in some restarts (faust's
+recovery and seek race; ``state.py`` has the probe), so it is opt-in.
+``faustfix.py`` lists the patches applied to faust 0.15.3 (fetch wait 100 ms,
+acks only from our gate, strict commit offsets) and the evidence for each.
 
 **Scale-out.** Workers started with the same application id
 (``EROICA_APP_ID``, default ``eroica-summariser`` / ``eroica-detector``) form
@@ -72,7 +75,7 @@ summaries partitions, i.e. by job (one job is always analysed by one
 detector). ``EROICA_KAFKA_PARTITIONS`` bounds the parallelism. On a
 rebalance a worker drops the state of revoked partitions and their unacked
 messages are re-read by the new owner; a detector loads the job states of a
-partition from the state topic before its first message. One summariser is
+partition from its state store before its first message. One summariser is
 capped near one core (the GIL); memory is about the raw records of the open
 windows of its partitions (one window plus the lateness).
 

@@ -27,6 +27,11 @@ EROICA_SHUTDOWN_TIMEOUT_S         10                    after SIGTERM/SIGINT the
 EROICA_LOG_LEVEL                  info                  faust/worker log level (debug, info, warn, error)
 EROICA_INGEST                     1                     the summariser worker also runs the ingest agent
 EROICA_STATS_INTERVAL_S           30                    period of the counters line in the log (0: never)
+EROICA_STATE_STORE                topic                 the detector's job states: ``topic`` (a plain topic
+                                                        read back to a marker), ``table`` (a faust Table with
+                                                        its changelog; not on tansu), ``auto``: topic on
+                                                        tansu, table elsewhere (``state.py``: why topic is
+                                                        still the default on Apache Kafka)
 ================================  ====================  =====================================================
 """
 
@@ -72,6 +77,7 @@ class WorkerSettings:
     log_level: str = "info"
     ingest: bool = True
     stats_interval_s: float = 30.0
+    state_store: str = "topic"
 
     def __post_init__(self) -> None:
         if self.window_s < 1.0:
@@ -79,6 +85,8 @@ class WorkerSettings:
         for name in ("idle_close_s", "detect_grace_s", "shutdown_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.state_store not in ("auto", "table", "topic"):
+            raise ValueError(f"EROICA_STATE_STORE must be auto, table or topic, got {self.state_store!r}")
         if self.log_level not in ("debug", "info", "warn", "error", "crit"):
             raise ValueError(f"log level must be debug, info, warn or error, got {self.log_level!r}")
 
@@ -132,6 +140,8 @@ class WorkerSettings:
         if env.get("EROICA_LOG_LEVEL"):
             level = env["EROICA_LOG_LEVEL"].lower()
             v["log_level"] = {"warning": "warn", "critical": "crit"}.get(level, level)
+        if env.get("EROICA_STATE_STORE"):
+            v["state_store"] = env["EROICA_STATE_STORE"].strip().lower()
         ingest = env.get("EROICA_INGEST", "")
         if ingest:
             v["ingest"] = ingest.lower() not in ("0", "false", "no", "off")

@@ -3,7 +3,8 @@
 The logic lives in pure modules (``summariser.py``, ``detector.py``,
 ``ingest.py``); this module wires them to faust: topics, agents, timers, held
 acknowledgements (:class:`~eroica.streams.faust.faustfix.AckGate`), the
-detector's state topic, the ``/eroica/stats`` page and the worker process
+detector's job-state store (``state.py``: a faust Table, or a plain topic on
+tansu), the ``/eroica/stats`` page and the worker process
 with a shutdown deadline. See the package docstring for the design.
 """
 
@@ -30,10 +31,10 @@ from eroica.kafka.deadletter import encode_deadletter
 from eroica.runtime import metrics
 
 from . import faustfix
-from .detector import PATTERNS, VERDICTS, DetectorCore, Output, encode_state
+from .detector import PATTERNS, VERDICTS, DetectorCore, Output
 from .ingest import RAW, ingest_message
 from .settings import ROLES, WorkerSettings
-from .state import load_partition
+from .state import StateStore, broker_kind, make_store, resolve_store, store_topics
 from .summariser import (DEADLETTER, SUMMARIES, InputDrain, JobClock, PartitionSummariser, Send, Step,
                          SummariserStats)
 
@@ -43,33 +44,34 @@ TICK_S = 0.25
 EXIT_FORCED = 1
 
 
-def state_topic_name(app_id: str) -> str:
-    """The detector's state topic (one per application id, like a faust changelog)."""
-    return f"{app_id}.state"
-
-
 def topics_for(role: str, config: KafkaConfig, app_id: str) -> dict[str, int]:
-    """Topics a role reads or writes, with partition counts (created at start if missing)."""
+    """Topics a role reads or writes, with partition counts (created at start if missing).
+
+    The detector's job-state topic is not here: :func:`~.state.store_topics` (it depends on the backend).
+    """
     p = config.partitions
     if role == "summariser":
         names = [config.raw_topic, config.ingest_topic, config.summaries_topic, config.deadletter_topic]
     elif role == "detector":
-        names = [config.summaries_topic, config.verdicts_topic, config.patterns_topic, config.deadletter_topic,
-                 state_topic_name(app_id)]
+        names = [config.summaries_topic, config.verdicts_topic, config.patterns_topic, config.deadletter_topic]
     else:
         raise ValueError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
     return {n: p for n in names}
 
 
-def build_app(role: str, settings: WorkerSettings, config: KafkaConfig, web_port: int | None) -> faust.App:
-    """A faust app tuned for this stack (streaming-notes: session timeout, fetch wait, web bind...)."""
-    faustfix.apply()
+def build_app(role: str, settings: WorkerSettings, config: KafkaConfig, web_port: int | None,
+              broker: str = "tansu") -> faust.App:
+    """A faust app tuned for this stack (streaming-notes: session timeout, fetch wait, web bind...).
+
+    ``broker`` (``tansu`` or ``kafka``) selects the faust patches that broker needs (``faustfix.py``).
+    """
+    faustfix.apply(broker)
     app_id = settings.app_id_for(role)
     datadir = settings.data_dir / app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)  # faust fails when the parent is missing
     return faust.App(
         app_id,
-        **faust_broker_kwargs(config),  # bootstrap, client id, TLS/SASL (producers/kafka/client.py)
+        **faust_broker_kwargs(config),  # bootstrap, client id, TLS/SASL (kafka/client.py)
         store="memory://",
         datadir=str(datadir),
         autodiscover=False,
@@ -83,7 +85,7 @@ def build_app(role: str, settings: WorkerSettings, config: KafkaConfig, web_port
         broker_commit_interval=1.0,
         broker_commit_livelock_soft_timeout=3600.0,  # acks are held for a window on purpose
         stream_wait_empty=False,  # held acks must not block a rebalance
-        table_standby_replicas=0,
+        table_standby_replicas=0,  # no use with the in-memory store: see state.py
         web_enabled=web_port is not None,
         web_bind="127.0.0.1",
         web_host="127.0.0.1",
@@ -284,14 +286,14 @@ class SummariserWorker:
 
 
 class DetectorWorker:
-    """Agent ``eroica-detector`` (summaries topic), a grace timer, and the state topic."""
+    """Agent ``eroica-detector`` (summaries topic), a grace timer, and the job-state store (``state.py``)."""
 
-    def __init__(self, app: faust.App, settings: WorkerSettings, config: KafkaConfig) -> None:
+    def __init__(self, app: faust.App, settings: WorkerSettings, config: KafkaConfig,
+                 state_store: str = "topic") -> None:
         self.app, self.settings, self.config = app, settings, config
         P = config.partitions
         self.summaries = app.topic(config.summaries_topic, key_type=bytes, value_type=bytes, partitions=P)
-        self.state_name = state_topic_name(app.conf.id)
-        self.state = app.topic(self.state_name, key_type=bytes, value_type=bytes, partitions=P)
+        self.store: StateStore = make_store(state_store, app, config, app.conf.id)
         self.out = _Outputs({
             VERDICTS: app.topic(config.verdicts_topic, key_type=bytes, value_type=bytes, partitions=P),
             PATTERNS: app.topic(config.patterns_topic, key_type=bytes, value_type=bytes, partitions=P),
@@ -301,7 +303,6 @@ class DetectorWorker:
         self.loaded: set[int] = set()
         self.gate = faustfix.AckGate()
         self.lock = asyncio.Lock()
-        self.state_writes = 0
         self.started = time.monotonic()
         self.last_verdict_at: float | None = None
 
@@ -330,10 +331,7 @@ class DetectorWorker:
             if any(s.topic == VERDICTS for s in out.sends):
                 self.last_verdict_at = time.monotonic()
         if out.persist:
-            futs = [await self.state.send(key=st.job.encode(), value=encode_state(st), partition=st.partition,
-                                          force=True) for st in out.persist]
-            await asyncio.gather(*futs)
-            self.state_writes += len(futs)
+            await self.store.save(out.persist)
         if out.acks:
             self.gate.release_all(out.acks)
 
@@ -343,7 +341,7 @@ class DetectorWorker:
         async with self.lock:
             if msg.partition not in self.loaded:
                 await _ensure_base(self.app, msg.tp)
-                for st in await load_partition(self.config, self.state, self.state_name, msg.partition):
+                for st in await self.store.load(msg.partition):
                     st.partition = msg.partition
                     self.core.restore(st)
                 self.loaded.add(msg.partition)
@@ -369,17 +367,21 @@ class DetectorWorker:
                 "assigned": _assigned(self.app, self.config.summaries_topic), "partitions": sorted(self.loaded),
                 **asdict(self.core.stats), "jobs": len(self.core.jobs), "pending_windows": self.core.pending_windows(),
                 "held_messages": self.gate.pending(), "sent": self.out.sent, "deadletters": self.out.deadletters,
-                "state_writes": self.state_writes,
+                **self.store.stats(),
                 "uptime_s": round(time.monotonic() - self.started, 1)}
 
 
-def install(role: str, app: faust.App, settings: WorkerSettings, config: KafkaConfig) -> Any:
-    """Register a role's agents, timers and ``/eroica/stats`` page on ``app``; returns the role object."""
+def install(role: str, app: faust.App, settings: WorkerSettings, config: KafkaConfig,
+            state_store: str = "topic") -> Any:
+    """Register a role's agents, timers and ``/eroica/stats`` page on ``app``; returns the role object.
+
+    ``state_store``: the detector's job-state backend, ``table`` or ``topic`` (``state.py``).
+    """
     worker: SummariserWorker | DetectorWorker
     if role == "summariser":
         worker = SummariserWorker(app, settings, config)
     elif role == "detector":
-        worker = DetectorWorker(app, settings, config)
+        worker = DetectorWorker(app, settings, config, state_store)
     else:
         raise ValueError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
 
@@ -452,7 +454,12 @@ def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig |
     app_id = settings.app_id_for(role)
     try:
         wait_for_broker(config, timeout_s=connect_timeout_s)
+        broker = broker_kind(config)
         create_topics(config, topics_for(role, config, app_id))
+        store = resolve_store(settings.state_store, broker)
+        if role == "detector":
+            names, topic_config = store_topics(store, app_id, config.partitions)
+            create_topics(config, names, config=topic_config)
     except BrokerError as exc:
         print(f"eroica worker {role}: {exc}", file=sys.stderr)
         return 1
@@ -464,8 +471,8 @@ def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig |
     # cost up to a third of the worker's time. Young collections stay as they are.
     gc.freeze()
     gc.set_threshold(10_000, 20, 1_000)
-    app = build_app(role, settings, config, port)
-    worker_obj = install(role, app, settings, config)
+    app = build_app(role, settings, config, port, broker)
+    worker_obj = install(role, app, settings, config, store)
     metrics.serve(role)
     worker = _DeadlineWorker(app, loglevel=settings.log_level, shutdown_timeout_s=settings.shutdown_timeout_s,
                              quiet=True, on_stop=lambda: log.info("final stats %s", worker_obj.stats()))
@@ -476,8 +483,9 @@ def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig |
         from eroica.runtime.logfilter import install as limit_repeats
 
         limit_repeats()  # a broker that is away makes aiokafka log every reconnect attempt
-        log.info("eroica %s worker %s on %s; window %.0f s, lateness %.0f s; stats %s", role, app_id,
-                 config.bootstrap, settings.window_s, settings.lateness_ns / 1e9, web)
+        log.info("eroica %s worker %s on %s (%s); window %.0f s, lateness %.0f s;%s stats %s", role, app_id,
+                 config.bootstrap, broker, settings.window_s, settings.lateness_ns / 1e9,
+                 f" job states in a {store};" if role == "detector" else "", web)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
