@@ -1,0 +1,46 @@
+"""The GPU proof's checks (tools/gpu_proof.py) on hand-built records: they pass on plausible
+samples and fail on each kind of implausible one, so a run on a real GPU means something."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location("gpu_proof", Path(__file__).parents[1] / "tools" / "gpu_proof.py")
+assert spec is not None and spec.loader is not None
+gpu_proof = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_proof)
+
+GOOD = {"sm_clock_mhz": 1980, "max_sm_clock_mhz": 1980, "power_w": 450, "power_limit_w": 700, "temp_c": 55,
+        "pcie_gen": 5, "max_pcie_gen": 5, "pcie_width": 16, "max_pcie_width": 16, "pcie_tx_Bps": 1e9,
+        "pcie_rx_Bps": 2e9, "throttle_reasons": 0, "ecc_uncorrected": 0, "xid": 0, "sm_util_pct": 97,
+        "mem_util_pct": 40, "mem_used_bytes": 3e10, "mem_total_bytes": 8.5e10, "nvlink_tx_Bps": 0.0,
+        "nvlink_rx_Bps": 0.0}
+
+
+def records(**override):
+    gpu = [{"type": "gpu", "rank": 0, "gpu": 0, "ts_ns": i, **GOOD, **override} for i in range(5)]
+    fns = [{"type": "fn", "rank": 0, "step": s, "fn": "Net.forward", "kind": "python", "ts_ns": s * 100, "dur_ns": 90}
+           for s in range(3)]
+    fns += [{"type": "fn", "rank": 0, "step": s, "fn": "Net.forward[gpu]", "kind": "kernel", "ts_ns": s * 100 + 5,
+             "dur_ns": 95} for s in range(3)]
+    return gpu + fns
+
+
+def test_plausible_records_pass():
+    out = gpu_proof.check(records(), nvlink_expected=True)
+    assert out["ok"], out["problems"]
+    assert out["cuda_event_regions"] == ["Net.forward[gpu]"]
+
+
+def test_each_implausible_thing_fails():
+    assert not gpu_proof.check(records(temp_c=400), True)["ok"]
+    assert not gpu_proof.check(records(sm_clock_mhz=2500), True)["ok"]  # above its own maximum
+    missing = [r for r in records() if r["type"] != "gpu"] + [
+        {k: v for k, v in r.items() if k != "xid"} for r in records() if r["type"] == "gpu"]
+    assert "xid: never reported" in gpu_proof.check(missing, True)["problems"]
+    no_cuda = [r for r in records() if not str(r.get("fn", "")).endswith("[gpu]")]
+    assert not gpu_proof.check(no_cuda, True)["ok"]
+    no_nvlink = [{k: v for k, v in r.items() if not k.startswith("nvlink")} for r in records()]
+    assert gpu_proof.check(no_nvlink, nvlink_expected=False)["ok"]
+    assert not gpu_proof.check(no_nvlink, nvlink_expected=True)["ok"]
