@@ -14,11 +14,12 @@ import sys
 import msgspec
 import numpy as np
 
-from eroica.models.digest import INTERIOR
+from eroica.models.digest import INTERIOR, RankRows, WindowDigest
 from eroica.models.reader import read_batches
 from eroica.producers.simulator import SimConfig, write_jsonl
 from eroica.streams.detection import DEFAULT_WINDOW_S, analyze
-from eroica.streams.detection.steps import MIN_WINDOW_STEPS, assemble, complete_steps, cut_of
+from eroica.streams.detection.steps import (MAX_STALLED_WINDOWS, MIN_WINDOW_STEPS, assemble, complete_steps, cut_of,
+                                             stalled_windows)
 from eroica.streams.detection.summarise import digest_window
 from eroica.streams.detection.windows import WindowAssembler
 
@@ -69,6 +70,35 @@ def test_without_the_job_record_the_stages_are_read_from_the_communicators(tmp_p
     assert {v.component for v in verdicts} == {"workload"}
     assert {v.rank for v in verdicts if v.confidence >= 0.5} == {6, 7}
     assert all("stage 3" in v.fn for v in verdicts)
+
+
+def test_five_minute_steps_give_the_published_cause_at_default_settings(tmp_path, shared_dir):
+    """Steps of ~4.8 min (the trace re-timed 130x): a job window waits for three whole steps
+    (~15 min of 30 s windows) because the job keeps making progress; it is never cut short."""
+    out = tmp_path / "st.jsonl"
+    subprocess.run([sys.executable, "-m", "eroica.cli", "import", "optable",
+                    str(shared_dir / "data/stragglers/trace-ST.parquet"), "-o", str(out)], check=True,
+                   capture_output=True)
+    long = tmp_path / "st-5min.jsonl"
+    _retimed(out, long, 130.0)
+    verdicts = list(analyze(read_batches(long), W))
+    assert {v.component for v in verdicts} == {"workload"}
+    assert {v.rank for v in verdicts if v.confidence >= 0.5} == {6, 7}
+    assert min(v.window_end_ns - v.window_start_ns for v in verdicts) >= 16 * W  # longer than 16 windows: 3 steps
+
+
+def test_a_job_window_stays_open_while_steps_progress_and_closes_when_they_stop():
+    def window(k: int, step: int) -> WindowDigest:
+        d = WindowDigest("j", k * W, (k + 1) * W)
+        d.ranks = RankRows(rank=[0], node=["n"], steps=[1], step_time_ns=[0.0], step=[step], start_ns=[k * W],
+                           end_ns=[(k + 1) * W])
+        return d
+
+    slow = [window(k, k // 10) for k in range(40)]   # a new step every 10 windows (5 min)
+    assert max(stalled_windows(slow[: n + 1], None) for n in range(40)) == 9
+    stuck = [window(k, 3) for k in range(20)]         # no new step after the first window
+    assert stalled_windows(stuck, None) == 19
+    assert stalled_windows(stuck[:17], None) >= MAX_STALLED_WINDOWS
 
 
 def _windows(path, window_ns: int = W):

@@ -39,6 +39,9 @@ pytest.importorskip("torch")
 
 WINDOW_S = 2
 STEPS = 300
+# Issue 14: a test that passes only on a quiet machine is no test. CI runs each case this many times,
+# each with a freshly drawn slowed rank, beside the rest of the suite (2 cores, load often > 4).
+REPEAT = int(os.environ.get("EROICA_TRACE_REPEAT", "3"))
 
 
 def trace_job(tmp_path: Path, slow_rank: int, *job_args: str) -> tuple[Path, subprocess.CompletedProcess]:
@@ -62,7 +65,9 @@ def analyze(run: Path) -> list[dict]:
     ("forward compute", ("--slow-factor", "1.5"), {"python", "host_cpu"}),
     ("input pipeline", ("--slow-data-ms", "8"), {"dataloader"}),
 ])
-def test_trace_then_analyze_names_the_slowed_rank(tmp_path: Path, fault: str, job_args: tuple, components: set) -> None:
+@pytest.mark.parametrize("attempt", range(REPEAT))
+def test_trace_then_analyze_names_the_slowed_rank(tmp_path: Path, fault: str, job_args: tuple, components: set,
+                                                  attempt: int) -> None:
     slow = random.randrange(4)
     run, proc = trace_job(tmp_path, slow, *job_args)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -83,11 +88,16 @@ def test_trace_then_analyze_names_the_slowed_rank(tmp_path: Path, fault: str, jo
          for v in verdicts])
     # What the detector guarantees is persistence, not coverage: a loaded machine stretches
     # the job over more windows and dilutes a fixed fault, so "half the windows" measured the
-    # machine's load. The slowed rank alarms in at least two windows, and more often than any other.
-    named_windows = sorted({v["window_start_ns"] for v in named})
-    assert len(named_windows) >= 2, why
-    per_rank = Counter(v["rank"] for v in alarms if v["scope"] == "rank")
-    assert all(n < per_rank[slow] for r, n in per_rank.items() if r != slow), why
+    # machine's load. With other CPU-bound work beside the four ranks (seen: an accuracy bench),
+    # the peers slow down now and then too, and the slowed rank's findings come in separate
+    # windows, each held at 0.45 until one is overwhelming and steady. So: the slowed rank is
+    # found (any confidence) in at least two windows, alarms in at least one, and both more
+    # often than any other rank.
+    found_windows = {v["window_start_ns"] for v in verdicts if v["scope"] == "rank" and v["rank"] == slow}
+    assert len(found_windows) >= 2 and named, why
+    for pool in (alarms, verdicts):
+        per_rank = Counter(v["rank"] for v in pool if v["scope"] == "rank")
+        assert all(n < per_rank[slow] for r, n in per_rank.items() if r != slow), why
     assert {v["component"] for v in named} <= components, why
     assert all(v["kind"] == "slow" for v in named), why
     for v in named:

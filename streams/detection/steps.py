@@ -41,11 +41,18 @@ from .grouping import dense_ids, group_max, group_min, group_sum
 # the smallest sample whose median ignores one odd step (a checkpoint, a GC
 # pause, a warm-up step): the per-step median's breakdown point.
 MIN_WINDOW_STEPS = 3
-# ... unless the job stops making progress (a hang, a rank that stopped
-# reporting): after this many time windows the job window is analysed with
-# what it has, so the hang test and the job's counters are not held back for
-# ever. 16 windows of the default 30 s = 8 min, over two 3-minute steps.
-MAX_PENDING_WINDOWS = 16
+# ... unless the job stops making progress (a hang without an in-flight dump,
+# every collector gone): after this many time windows in which no rank started
+# a new step, the job window is analysed with what it has, so the hang test and
+# the job's counters are not held back for ever. 16 windows of the default 30 s
+# = 8 min without a new step anywhere: longer than any step of the 5-minute
+# steps a large model takes, so a job that is merely slow is never cut short
+# (it was, when this bound counted windows rather than windows without progress:
+# a 40 s step slowed 6x by a fault gave job windows of two steps, too few to judge).
+MAX_STALLED_WINDOWS = 16
+# Memory bound whatever the progress: 64 windows (32 min at 30 s) hold three
+# steps of 10 minutes, twice the longest step a user of this field reports.
+MAX_PENDING_WINDOWS = 64
 # A rank silent for this many time windows (2 min at the default 30 s: longer than
 # any single operation of a healthy step) no longer holds the cut back.
 LIVE_WINDOWS = 4
@@ -128,6 +135,26 @@ def live_ranks(pending: Sequence[WindowDigest]) -> set[int] | None:
     if len(pending) < LIVE_WINDOWS:
         return None
     return {r for d in pending[-LIVE_WINDOWS:] for r in d.ranks.rank}
+
+
+def _last_started(d: WindowDigest | None) -> int:
+    """The latest step any rank started in ``d`` (its edge rows name it), -1 without one."""
+    if d is None:
+        return -1
+    steps = [s for s in d.ranks.step if s != INTERIOR]
+    return max(steps) if steps else -1
+
+
+def stalled_windows(pending: Sequence[WindowDigest], carry: WindowDigest | None) -> int:
+    """Trailing time windows of ``pending`` in which no rank started a step later than any before them."""
+    best, since = _last_started(carry), 0
+    for d in pending:
+        last = _last_started(d)
+        if last > best:
+            best, since = last, 0
+        else:
+            since += 1
+    return since
 
 
 def complete_steps(d: WindowDigest, cut: int) -> dict[int, int]:
@@ -254,7 +281,8 @@ def assemble(pending: Sequence[WindowDigest], carry: WindowDigest | None,
     ``carry`` the incomplete steps left by the previous job window. The job
     window is ready when every rank holds :data:`MIN_WINDOW_STEPS` complete
     steps, when ``final`` (end of input), when a rank dumped functions still
-    in flight (a hang: analyse now), or after :data:`MAX_PENDING_WINDOWS`.
+    in flight (a hang: analyse now), after :data:`MAX_STALLED_WINDOWS` without a
+    new step, or after :data:`MAX_PENDING_WINDOWS` whatever the progress.
     """
     if not pending:
         return None, carry
@@ -262,7 +290,8 @@ def assemble(pending: Sequence[WindowDigest], carry: WindowDigest | None,
     whole = concat(parts, pending[0].start_ns, pending[-1].end_ns)
     hung = bool(whole.in_flight.rank)
     live = live_ranks(pending)
-    if final or hung or len(pending) >= MAX_PENDING_WINDOWS:
+    if (final or hung or len(pending) >= MAX_PENDING_WINDOWS
+            or stalled_windows(pending, carry) >= MAX_STALLED_WINDOWS):
         done, rest = split_at_cut(whole, None if (final or hung) else cut_of(whole, live))
         return done, _nonempty(rest)
     cut = cut_of(whole, live)
