@@ -25,10 +25,15 @@ error (output or Kafka), 2 usage error.""")
 @click.option("--rank-base", type=click.IntRange(min=0), default=None,
               help="Global rank of this node's GPU 0 when NVML cannot tell which rank uses a GPU "
                    "[default: from GROUP_RANK/NODE_RANK, else 0].")
+@click.option("--edge-digests", is_flag=True,
+              help="Digest mode (with --kafka): publish this node's window digests on the summaries topic "
+                   "instead of raw samples (windows as the summariser's: $EROICA_WINDOW_S, $EROICA_LATENESS_S, "
+                   "$EROICA_MAX_SKEW_S). The agent vouches for its node key only; the ranks' functions may "
+                   "still go raw through the summariser.")
 @click.option("--root", default="/", show_default=True, hidden=True,
               help="Root of the /proc and /sys trees (tests).")
 def agent(job: str, bootstrap: str | None, out: str | None, interval_s: float, duration_s: float | None,
-          node: str | None, rank_base: int | None, root: str) -> None:
+          node: str | None, rank_base: int | None, edge_digests: bool, root: str) -> None:
     """Sample this node's counters (GPU via NVML, NIC via sysfs, host via /proc) and publish them.
 
     \b
@@ -55,13 +60,19 @@ def agent(job: str, bootstrap: str | None, out: str | None, interval_s: float, d
         from eroica.producers.tracer.launch import prepare_kafka
 
         prepare_kafka(bootstrap)
+    digester = None
+    if edge_digests:
+        if not bootstrap:
+            raise click.UsageError("--edge-digests publishes to Kafka: give --kafka HOST:PORT")
+        digester = _node_digester(job, sampler.node)
     try:
-        sink = make_sink(path=out, kafka=bootstrap)
+        sink = make_sink(path=out, kafka=bootstrap, digester=digester)
     except Exception as exc:
         raise click.ClickException(f"cannot publish to {bootstrap or out}: {exc}") from None
     runner = NodeAgent(sampler, sink, interval_s)
     print(f"eroica agent: node {sampler.node}: {sampler.describe()}; every {interval_s:g} s to "
-          f"{('kafka ' + bootstrap) if bootstrap else out}", file=sys.stderr, flush=True)
+          f"{('kafka ' + bootstrap) if bootstrap else out}" + (" as window digests" if digester else ""),
+          file=sys.stderr, flush=True)
 
     def stop(signum: int, frame: object) -> None:
         runner._stop.set()
@@ -71,3 +82,17 @@ def agent(job: str, bootstrap: str | None, out: str | None, interval_s: float, d
     runner.run(duration_s)
     print(f"eroica agent: {runner.samples} samples, {runner.records} records"
           + (f", {runner.errors} failed samples" if runner.errors else ""), file=sys.stderr, flush=True)
+
+
+def _node_digester(job: str, node: str):
+    """The node's edge digester (cli joins the producers and streams layers; neither imports the other)."""
+    from eroica.kafka.framing import frame_key
+    from eroica.streams.edge import EdgeDigester
+    from eroica.streams.faust.settings import WorkerSettings
+
+    try:
+        ws = WorkerSettings.from_env()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    return EdgeDigester(f"edge/{node}", ws.window_ns, ws.lateness_ns, ws.max_skew_ns,
+                        keys=[frame_key(job, -1, node)])

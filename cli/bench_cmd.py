@@ -166,6 +166,52 @@ def throughput(ranks: int, steps: int, window_s: float | None, seed: int, fault:
         Path(json_path).write_bytes(to_json(result))
 
 
+@bench.command("edge")
+@click.option("--nodes", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="GPUs (ranks) per node.")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Training steps [default: the profile's].")
+@click.option("--profile", type=click.Choice(["default", "realistic"]), default="realistic", show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--fault", "faults", multiple=True,
+              help="Simulator fault spec, repeatable [default: gpu_throttle:rank=6 and nic:node=2,nic=1].")
+@click.option("--window-s", type=click.FloatRange(min=1.0), default=30.0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Also write the results as JSON to this file ('-' for stdout, the table then goes to stderr).")
+def edge(nodes: int, gpus: int, steps: int | None, profile: str, seed: int, faults: tuple[str, ...],
+         window_s: float, json_path: str | None) -> None:
+    """Raw mode against digest mode (edge digests): bytes on Kafka per rank per step, per-core rates.
+
+    \b
+    One simulated job through the real producer and stream code (no broker:
+    a counting publisher): frames through the summariser and detector, and
+    per-node edge digests through the detector. Also checks both modes give
+    the same verdict ids (exit 1 when not). See eroica/bench/edge.py.
+
+    \b
+    Examples:
+      eroica bench edge
+      eroica bench edge --nodes 32 --json edge.json
+    """
+    from pathlib import Path
+
+    from eroica.bench.edge import EdgeBenchConfig, format_report, run, to_json
+
+    cfg = EdgeBenchConfig(nodes=nodes, gpus=gpus, steps=steps, profile=profile, seed=seed, window_s=window_s)
+    if faults:
+        cfg.faults = list(faults)
+    result = run(cfg)
+    report = format_report(result)
+    if json_path == "-":
+        print(report, file=sys.stderr)
+        sys.stdout.buffer.write(to_json(result))
+    else:
+        print(report)
+        if json_path:
+            Path(json_path).write_bytes(to_json(result))
+    if not result["same_verdict_ids"]:
+        sys.exit(1)
+
+
 @bench.command("cost")
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Seeds 1..N.")
 @click.option("--scale", type=click.Choice(["small", "medium"]), default="small", show_default=True)

@@ -40,9 +40,13 @@ a delivery failed, 2 usage error, 3 no valid record in the input.""")
               help="Most records per frame [default: $EROICA_KAFKA_FRAME_RECORDS or 1000].")
 @click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               metavar="SECONDS", help="Give up when the broker does not answer within this time.")
+@click.option("--edge-digests", is_flag=True,
+              help="Digest mode: split the input per node, digest each node's windows as its agent would "
+                   "(same windows and lateness as the summariser: $EROICA_WINDOW_S, $EROICA_LATENESS_S, "
+                   "$EROICA_MAX_SKEW_S) and publish the digests on the summaries topic instead of raw frames.")
 @click.option("-q", "--quiet", is_flag=True, help="Errors only: no progress, no summary on stderr.")
 def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, frame_records: int | None,
-           connect_timeout: float, quiet: bool) -> None:
+           connect_timeout: float, edge_digests: bool, quiet: bool) -> None:
     """Replay telemetry-v1 JSONL FILE(s) (gzip or '-' for stdin) onto Kafka as columnar frames.
 
     Valid records go to the raw topic, invalid lines to the dead-letter topic,
@@ -52,16 +56,23 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
     With no --kafka, the records go to the broker of the stack `eroica up`
     runs (found in the data directory, as `eroica verdicts` finds it).
 
+    With --edge-digests nothing raw is published: each node's records become
+    window digests on the node's side (source edge/NODE), sent with progress
+    and end messages on the summaries topic, which the detector reads as it
+    reads the summariser's; verdict ids are the same as in raw mode.
+
     \b
     Examples:
       eroica replay run.jsonl
       eroica replay run.jsonl --kafka 127.0.0.1:9092
       eroica replay run.jsonl.gz --rate 20000
       eroica simulate -o - --fault nic:node=2 | eroica replay -
+      eroica replay run.jsonl --edge-digests
     """
     from eroica.kafka.config import KafkaConfig
     from eroica.producers.replay import ReplayError, ReplayResult
     from eroica.producers.replay import replay as run_replay
+    from eroica.producers.replay import replay_digests
 
     logging.basicConfig(level=logging.WARNING, format="eroica: %(message)s", stream=sys.stderr)
     per_s = _parse_rate(rate)
@@ -84,6 +95,13 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
             head = f"delivered {r.delivered_records} of {r.records} records"
         if r.aborted:
             head = "replay ABORTED before the end of the input; " + head
+        if r.mode == "digest":
+            return (f"digest mode: {head} ({types}) as {r.digests} window digests in {r.messages} messages "
+                    f"({r.message_bytes:,} bytes) to {config.summaries_topic}, {r.jobs} job records, "
+                    f"{r.end_of_stream} end messages, {r.late_records} late records; {r.invalid} invalid lines "
+                    f"to {config.deadletter_topic}; messages: {p.delivered} delivered, {p.failed} failed" +
+                    (f", {in_flight} unacknowledged" if in_flight else "") +
+                    f"; {r.seconds:.2f} s, {r.records_per_s:,.0f} records/s (broker {config.bootstrap})")
         return (f"{head} ({types}) and {r.jobs} job records in {r.frames} frames "
                 f"to {config.raw_topic}; {r.invalid} invalid lines to {config.deadletter_topic}; "
                 f"{r.end_of_stream} end-of-stream markers; messages: {p.delivered} delivered, "
@@ -101,7 +119,11 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
         with spinner(f"replaying to {config.bootstrap}", enabled=publisher is not None) as status:
             if publisher is not None:
                 publisher.status = status
-            result = run_replay(files, config, per_s, connect_timeout_s=connect_timeout, publisher=publisher)
+            if edge_digests:
+                result = replay_digests(files, config, _edge_digester(), rate=per_s,
+                                        connect_timeout_s=connect_timeout, publisher=publisher)
+            else:
+                result = run_replay(files, config, per_s, connect_timeout_s=connect_timeout, publisher=publisher)
     except ReplayError as exc:
         click.echo(f"eroica replay: {exc}", err=True)
         click.echo(summary(exc.result), err=True)
@@ -119,6 +141,22 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
         sys.exit(1)
     if result.records + result.jobs == 0:
         sys.exit(EXIT_NO_VALID_RECORD)
+
+
+def _edge_digester():
+    """One node's digester factory, with the stream workers' window settings (the layer that may join both)."""
+    from eroica.streams.edge import EdgeDigester
+    from eroica.streams.faust.settings import WorkerSettings
+
+    try:
+        ws = WorkerSettings.from_env()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    def make(source: str) -> EdgeDigester:
+        return EdgeDigester(source, ws.window_ns, ws.lateness_ns, ws.max_skew_ns)
+
+    return make
 
 
 class _Counting:

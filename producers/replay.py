@@ -17,6 +17,13 @@ consumer downstream. The result counts what the broker *acknowledged*
 and sent (``records``): after a broker loss the difference is what did not
 arrive, and ``eroica replay`` exits non-zero. (A broker that acknowledged
 records and then lost them, like tansu killed, cannot be seen from here.)
+
+:func:`replay_digests` is *digest mode* (issue 13, edge digests): the input is
+split per node, each node's records go through its own digester (the pure
+``EdgeDigester`` of ``eroica.streams.edge``, handed in by the caller: producers
+do not import the streams layer), and what goes on Kafka is the digesters'
+summaries-topic messages (window digests, progress, end, the job record),
+keyed by job, on the topic the detector reads; no raw record is published.
 """
 
 from __future__ import annotations
@@ -27,13 +34,16 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
+
+import numpy as np
 
 from eroica.kafka.admin import BrokerError, create_topics, wait_for_broker
 from eroica.kafka.config import KafkaConfig
 from eroica.kafka.deadletter import publish_invalid
 from eroica.kafka.framing import FrameAccumulator, FrameSlice
 from eroica.kafka.publisher import FramePublisher, PublisherStats
+from eroica.models.columns import Columns
 from eroica.models.frames import EndOfStream, encode_end_of_stream, encode_frame, encode_job
 from eroica.models.reader import DEFAULT_BATCH, read_batches
 
@@ -59,6 +69,11 @@ class ReplayResult:
     seconds: float = 0.0
     publisher: PublisherStats = field(default_factory=PublisherStats)
     aborted: bool = False  # stopped before the end of the input (a failed delivery)
+    mode: str = "raw"  # raw: frames on the raw topic; digest: edge digests on the summaries topic
+    digests: int = 0  # digest mode: window digests published (progress and end messages apart)
+    messages: int = 0  # messages published (frames, job records, markers, digests...)
+    message_bytes: int = 0  # their value + key bytes, before compression
+    late_records: int = 0  # digest mode: records a node's digester found late (in no digest; none for ordered input)
 
     @property
     def delivered_records(self) -> int | None:
@@ -68,7 +83,7 @@ class ReplayResult:
     @property
     def undelivered_records(self) -> int | None:
         """Records read and sent but not acknowledged (failed, purged, or never sent after an abort)."""
-        return self.records - self.publisher.delivered_records if self._counted else None
+        return self.records - self.late_records - self.publisher.delivered_records if self._counted else None
 
     _counted: bool = False
 
@@ -189,6 +204,8 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
             state = keys[frame.key] = _KeyState(frame.job, frame.rank, frame.node)
         n = len(frame.cols)
         value = encode_frame(frame.cols, {"seq": state.frames, "producer": producer_id})
+        result.messages += 1
+        result.message_bytes += len(value) + len(frame.key)
         if counted:
             pub.publish(config.raw_topic, value, key=frame.key, records=n)
         else:
@@ -208,8 +225,11 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
                     publish_invalid(pub, config.deadletter_topic, bad)
                     result.invalid += 1
                 for job in batch.jobs:
-                    pub.publish(config.raw_topic, encode_job(job), key=job.job)
+                    value = encode_job(job)
+                    pub.publish(config.raw_topic, value, key=job.job)
                     result.jobs += 1
+                    result.messages += 1
+                    result.message_bytes += len(value) + len(job.job)
                 ready = [frame for cols in batch.columns.values() for frame in frames.add(cols)]
                 for frame in _time_ordered(ready, last_start):
                     send(frame)
@@ -219,8 +239,11 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
         for key, s in keys.items():
             marker = EndOfStream(s.job, s.rank, s.node, s.records, s.frames,
                                  {"producer": producer_id, "job_keys": per_job[s.job]})
-            pub.publish(config.raw_topic, encode_end_of_stream(marker), key=key)
+            value = encode_end_of_stream(marker)
+            pub.publish(config.raw_topic, value, key=key)
             result.end_of_stream += 1
+            result.messages += 1
+            result.message_bytes += len(value) + len(key)
         remaining = pub.flush(FLUSH_TIMEOUT_S)
         check()
         if remaining:
@@ -233,4 +256,112 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
             pub.close(timeout_s=5.0)
         result.publisher = pub.stats
         result.seconds = time.monotonic() - t0
+    return result
+
+
+def split_by_node(cols: Columns) -> dict[str, Columns]:
+    """A batch's records per node (every record type names its node): what each node's producer holds."""
+    if not len(cols):
+        return {}
+    codes = cols.arrays["node"]
+    uniq = np.unique(codes)
+    names = cols.vocab["node"]
+    if uniq.size == 1:
+        return {names[int(uniq[0])]: cols}
+    return {names[int(u)]: cols.take(np.flatnonzero(codes == u)) for u in uniq.tolist()}
+
+
+def replay_digests(paths: Iterable[str | Path], config: KafkaConfig, digester: Callable[[str], Any], *,
+                   rate: float | None = None, publisher: FramePublisher | None = None,
+                   batch_records: int = DEFAULT_BATCH, create: bool = True,
+                   connect_timeout_s: float = 10.0) -> ReplayResult:
+    """Digest mode: every node of ``paths`` digests its own records; the digests go on the summaries topic.
+
+    ``digester(source)`` makes one node's digester (``eroica.streams.edge.EdgeDigester``
+    with the stream workers' window settings): ``job(record)``, ``add(*columns)``,
+    ``end(job_keys)`` return messages with ``key``, ``value``, ``kind`` and
+    ``records``; ``keys(job)`` and ``jobs`` say which keys it vouches for.
+    Each node is source ``edge/<node>``; the job record is forwarded once by
+    source ``edge/job-record``. Records are read and digested in the order of
+    the files, batch by batch, as live nodes would close their windows;
+    ``rate`` (records/s) paces the reading. Invalid lines go to the dead-letter topic.
+    """
+    result = ReplayResult(mode="digest")
+    t0 = time.monotonic()
+    if create:
+        try:
+            wait_for_broker(config, timeout_s=connect_timeout_s)
+            try:
+                create_topics(config, {config.summaries_topic: config.partitions,
+                                       config.deadletter_topic: config.partitions}, timeout_s=connect_timeout_s)
+            except BrokerError as exc:
+                log.warning("%s; publishing anyway", exc)
+        except BrokerError as exc:
+            raise ReplayError(str(exc), result) from exc
+    own = publisher is None
+    pub = publisher if publisher is not None else FramePublisher.for_replay(config)
+    counted = bool(getattr(pub, "counts_records", False))
+    result._counted = counted
+    pacer = _Pacer(rate, pub)
+    nodes: dict[str, Any] = {}
+    forwarder = digester("edge/job-record")
+
+    def check() -> None:
+        if pub.stats.failed:
+            raise ReplayError(f"delivery failed, replay aborted: {pub.stats.last_error}", result)
+
+    def send(messages: list) -> None:
+        for m in messages:
+            if counted:
+                pub.publish(config.summaries_topic, m.value, key=m.key, records=m.records)
+            else:
+                pub.publish(config.summaries_topic, m.value, key=m.key)
+            result.messages += 1
+            result.message_bytes += len(m.value) + len(m.key)
+            result.digests += m.kind == "digest"
+        check()
+
+    try:
+        for path in paths:
+            for batch in read_batches(path, batch_records=batch_records):
+                for bad in batch.invalid:
+                    publish_invalid(pub, config.deadletter_topic, bad)
+                    result.invalid += 1
+                for job in batch.jobs:
+                    send(forwarder.job(job))
+                    result.jobs += 1
+                per_node: dict[str, list[Columns]] = {}
+                for cols in batch.columns.values():
+                    result.by_type[cols.type] += len(cols)
+                    result.records += len(cols)
+                    for node, part in split_by_node(cols).items():
+                        per_node.setdefault(node, []).append(part)
+                for node, parts in sorted(per_node.items()):
+                    d = nodes.get(node)
+                    if d is None:
+                        d = nodes[node] = digester(f"edge/{node}")
+                    send(d.add(*parts))
+                pacer.after(sum(len(c) for c in batch.columns.values()))
+        job_keys: Counter = Counter()
+        for d in nodes.values():
+            for job in d.jobs:
+                job_keys[job] += len(d.keys(job))
+        for _node, d in sorted(nodes.items()):
+            ends = d.end(dict(job_keys))
+            result.late_records += d.stats.late_records
+            result.end_of_stream += sum(m.kind == "end" for m in ends)
+            send(ends)
+        remaining = pub.flush(FLUSH_TIMEOUT_S)
+        check()
+        if remaining:
+            raise ReplayError(f"{remaining} messages still undelivered after {FLUSH_TIMEOUT_S:.0f} s", result)
+    except ReplayError:
+        result.aborted = True
+        raise
+    finally:
+        if own:
+            pub.close(timeout_s=5.0)
+        result.publisher = pub.stats
+        result.seconds = time.monotonic() - t0
+    result.frames = result.messages
     return result

@@ -16,7 +16,15 @@ Two sinks with one interface (``write`` a list of contract structs, ``close``):
     reaches the stream processors before its windows close. On close, one
     end-of-stream marker per key says this producer is done with it.
 
-Both are written to from one background thread only (the tracer's writer,
+``DigestKafkaSink``
+    Digest mode (edge digests): the records go through a digester handed in
+    by the caller (``eroica.streams.edge.EdgeDigester``: producers do not
+    import the streams layer; ``eroica agent --edge-digests`` wires it) and
+    only its window digests, progress and end messages are published, on the
+    summaries topic the detector reads, keyed by job. Same queue policy as
+    ``KafkaSink``: never blocks, drops and counts.
+
+All are written to from one background thread only (the tracer's writer,
 the agent's loop), so they need no lock.
 """
 
@@ -142,8 +150,50 @@ class KafkaSink:
             log.warning("Kafka sink: %d messages dropped (queue full), %d failed", stats.dropped, stats.failed)
 
 
-def make_sink(*, path: str | Path | None = None, kafka: str | None = None) -> Sink:
-    """A Kafka sink when ``kafka`` is given, else a JSON Lines file sink on ``path``."""
+class DigestKafkaSink:
+    """Publishes the window digests of what it is given, not the records (digest mode)."""
+
+    def __init__(self, bootstrap: str, digester, *, publisher=None, config=None) -> None:
+        from eroica.kafka.config import KafkaConfig
+        from eroica.kafka.publisher import FramePublisher
+
+        self.config = config or KafkaConfig.from_env(bootstrap=bootstrap)
+        self.publisher = publisher or FramePublisher.for_live_agent(self.config)
+        self.digester = digester
+        self.records = 0
+        self.messages = 0
+        self.bytes = 0
+
+    def _send(self, messages) -> None:
+        for m in messages:
+            if self.publisher.publish(self.config.summaries_topic, m.value, key=m.key):
+                self.messages += 1
+                self.bytes += len(m.value) + len(m.key)
+
+    def write(self, records: Sequence[msgspec.Struct]) -> None:
+        from eroica.models.columns import from_records
+
+        by_type: dict[str, list] = defaultdict(list)
+        for r in records:
+            by_type[type(r).__struct_config__.tag].append(r)
+        self._send(self.digester.add(*(from_records(t, recs) for t, recs in by_type.items())))
+        self.records += len(records)
+        self.publisher.poll(0)
+
+    def write_job(self, job: JobRecord) -> None:
+        self._send(self.digester.job(job))
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        self._send(self.digester.end())
+        stats = self.publisher.close(timeout_s=timeout_s)
+        if stats.dropped or stats.failed:
+            log.warning("Kafka digest sink: %d messages dropped (queue full), %d failed", stats.dropped, stats.failed)
+
+
+def make_sink(*, path: str | Path | None = None, kafka: str | None = None, digester=None) -> Sink:
+    """A Kafka sink when ``kafka`` is given (digest mode with a ``digester``), else a JSON Lines file sink."""
+    if kafka and digester is not None:
+        return DigestKafkaSink(kafka, digester)
     if kafka:
         return KafkaSink(kafka)
     if path is None:
