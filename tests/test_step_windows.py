@@ -172,3 +172,17 @@ def test_a_rank_that_stops_reporting_holds_nothing_back(tmp_path):
     late = [v for v in verdicts if v.window_start_ns > t0 + 150 * 10**9]
     assert any(v.component == "gpu" and v.rank == 5 for v in late), "no job window closed after rank 3 died"
     assert max(v.window_end_ns - v.window_start_ns for v in verdicts) <= 8 * W
+
+
+def test_a_rails_bursts_merge_as_a_mean_rate_over_windows():
+    """Steps of minutes: a rail moves its bytes in one time window of ten, the front-end port a
+    little in every one. Over the job window the rail must still be the busier port."""
+    from eroica.streams.detection.steps import _merge_metrics
+    rail = [{"throughput_Bps": 0.0, "throughput_cv": 0.0, "zero_share": 1.0}] * 9 + [
+        {"throughput_Bps": 5e10, "throughput_cv": 1.0, "zero_share": 0.5}]
+    eth0 = [{"throughput_Bps": 1e8, "throughput_cv": 0.3, "zero_share": 0.0}] * 10
+    r, e = _merge_metrics(rail), _merge_metrics(eth0)
+    assert r["throughput_Bps"] == 5e9 and e["throughput_Bps"] == 1e8
+    assert abs(r["zero_share"] - 0.95) < 1e-12
+    assert abs(e["throughput_cv"] - 0.3) < 1e-9  # equal windows: the spread of all samples is each window's
+    assert r["throughput_cv"] > 3.0                # mostly idle, one burst: very uneven

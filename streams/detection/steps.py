@@ -63,16 +63,30 @@ def _merge_metrics(maps: Sequence[dict[str, float]]) -> dict[str, float]:
 
     Levels (medians of the samples) combine as the median of the windows'
     levels; increases of cumulative counters (``*_inc``) add up; worst-case
-    marks keep their worst (``xid``, ``*_min``).
+    marks keep their worst (``xid``, ``*_min``). Means over the samples
+    (a port's ``throughput_Bps``, its ``zero_share``) combine as means, and
+    ``throughput_cv`` as the spread of all the samples: a rail moves its bytes
+    in bursts at the end of each step, so with steps of minutes most time
+    windows see it idle, and the median of the windows' means would read a
+    rail as quieter than the front-end port beside it.
     """
     if len(maps) == 1:
         return dict(maps[0])
     out: dict[str, float] = {}
+    mean_tput = np.array([m.get("throughput_Bps", np.nan) for m in maps], dtype=np.float64)
+    cv_tput = np.array([m.get("throughput_cv", np.nan) for m in maps], dtype=np.float64)
     for key in sorted({k for m in maps for k in m}):
         vals = np.array([m.get(key, np.nan) for m in maps], dtype=np.float64)
         fin = vals[np.isfinite(vals)]
         if not fin.size:
             out[key] = float("nan")
+        elif key in ("throughput_Bps", "zero_share"):
+            out[key] = float(fin.mean())
+        elif key == "throughput_cv":
+            both = np.isfinite(mean_tput) & np.isfinite(cv_tput)
+            m1 = float(mean_tput[both].mean()) if both.any() else float("nan")
+            m2 = float((mean_tput[both] ** 2 * (1.0 + cv_tput[both] ** 2)).mean()) if both.any() else float("nan")
+            out[key] = float(np.sqrt(max(m2 - m1 * m1, 0.0)) / m1) if both.any() and m1 > 0 else float(np.median(fin))
         elif key.endswith("_inc"):
             out[key] = float(fin.sum())
         elif key.endswith("_min"):
