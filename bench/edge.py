@@ -8,8 +8,8 @@ does; :func:`replay_digests` digests it per node as ``eroica replay
 cores, pure and in this process:
 
 - raw mode: the summariser of one raw partition
-  (:class:`~eroica.streams.faust.summariser.PartitionSummariser`) over every
-  frame, then the detector (:class:`~eroica.streams.faust.detector.DetectorCore`)
+  (:class:`~eroica.streams.cores.summariser_core.PartitionSummariser`) over every
+  frame, then the detector (:class:`~eroica.streams.cores.detector_core.DetectorCore`)
   over the summaries it sends;
 - digest mode: each node's :class:`~eroica.streams.edge.EdgeDigester` over its
   records (the node-side cost), then the same detector over the nodes' messages.
@@ -37,10 +37,10 @@ from eroica.models.verdict import decode_verdict
 from eroica.producers.replay import replay, replay_digests, split_by_node
 from eroica.producers.simulator import SimConfig, write_jsonl
 from eroica.streams.edge import EdgeDigester
-from eroica.streams.faust.detector import VERDICTS, DetectorCore
-from eroica.streams.faust.messages import DigestMsg, decode_message
+from eroica.streams.cores.detector_core import VERDICTS, DetectorCore
+from eroica.streams.cores.digest_messages import DigestMsg, decode_message
 from eroica.streams.faust.settings import WorkerSettings
-from eroica.streams.faust.summariser import SUMMARIES, PartitionSummariser
+from eroica.streams.cores.summariser_core import SUMMARIES, PartitionSummariser
 
 from .throughput import measure
 
@@ -129,7 +129,7 @@ def detector_bookkeeping(nodes: int, gpus: int = GPUS_PER_NODE, window_s: float 
     """
     from eroica.models.records import JobRecord
     from eroica.models.digest import WindowDigest
-    from eroica.streams.faust.messages import JobMsg, encode_message
+    from eroica.streams.cores.digest_messages import JobMsg, encode_message
 
     job = "bk"
     w = int(window_s * 1e9)
@@ -197,7 +197,7 @@ def run(cfg: EdgeBenchConfig) -> dict[str, Any]:
         return EdgeDigester(source, ws.window_ns, ws.lateness_ns, ws.max_skew_ns)
 
     edge_result = replay_digests([path], config, make, publisher=edge_pub, create=False)  # type: ignore[arg-type]
-    edge_msgs = [v for t, _k, v in edge_pub.sent if t == config.summaries_topic]
+    edge_msgs = [v for t, _k, v in edge_pub.sent if t == config.digests_topic]
     per_node: dict[str, list] = {}
     for b in batches:
         for cols in b.columns.values():

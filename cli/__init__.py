@@ -1,1 +1,1 @@
-"""Eroica cli."""
+"""The ``eroica`` command, one module per subcommand."""

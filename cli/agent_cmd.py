@@ -46,7 +46,7 @@ def agent(job: str, bootstrap: str | None, out: str | None, interval_s: float, d
     from eroica.producers.agent import NodeAgent
     from eroica.producers.counters.gpu import GpuSampler, env_rank_base
     from eroica.producers.counters.sampler import NodeSampler
-    from eroica.producers.sinks import hostname, make_sink
+    from eroica.producers.outputs import hostname, make_sink
 
     if (bootstrap is None) == (out is None):
         raise click.UsageError("give exactly one of --kafka HOST:PORT or --out FILE")

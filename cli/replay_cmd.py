@@ -97,7 +97,7 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
             head = "replay ABORTED before the end of the input; " + head
         if r.mode == "digest":
             return (f"digest mode: {head} ({types}) as {r.digests} window digests in {r.messages} messages "
-                    f"({r.message_bytes:,} bytes) to {config.summaries_topic}, {r.jobs} job records, "
+                    f"({r.message_bytes:,} bytes) to {config.digests_topic}, {r.jobs} job records, "
                     f"{r.end_of_stream} end messages, {r.late_records} late records; {r.invalid} invalid lines "
                     f"to {config.deadletter_topic}; messages: {p.delivered} delivered, {p.failed} failed" +
                     (f", {in_flight} unacknowledged" if in_flight else "") +

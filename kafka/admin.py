@@ -6,10 +6,17 @@ a :class:`~eroica.kafka.config.KafkaConfig` (or a bare bootstrap
 string, which means plaintext with the defaults), so topics get the same
 partitioning, replication and configs, over the same TLS/SASL connection as
 everything else (:mod:`eroica.kafka.client`).
+
+It also guards the topic renames of issue 14 (``eroica.summaries`` ->
+``eroica.digests``, ``eroica.patterns`` -> ``eroica.window-summaries``): when
+a process creates a renamed topic while the topic of its former name still
+holds messages, :func:`legacy_topics_with_data` finds it and a warning is
+logged, so an upgraded deployment never silently reads an empty topic.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Mapping
@@ -18,7 +25,10 @@ from typing import Any
 from .client import admin_conf
 from .config import KafkaConfig
 
-__all__ = ["BrokerError", "admin_client", "wait_for_broker", "create_topics", "ensure_topics", "EndOffsets"]
+__all__ = ["BrokerError", "admin_client", "wait_for_broker", "create_topics", "ensure_topics", "EndOffsets",
+           "legacy_topics_with_data"]
+
+log = logging.getLogger("eroica.kafka")
 
 DEFAULT_WAIT_S = 20.0
 
@@ -108,6 +118,54 @@ def create_topics(target: str | KafkaConfig, topics: Mapping[str, int], timeout_
         failed.append(f"{name}: {kerr or err}")
     if failed:
         raise BrokerError(f"could not create topics on {kafka.bootstrap}: " + "; ".join(failed))
+    renamed = {new: old for new, old in kafka.legacy_topic_names().items() if new in topics}
+    for new, (old, messages) in legacy_topics_with_data(kafka, renamed, admin=admin).items():
+        log.warning("topic %s (the former name of %s, issue 14) still holds %d message(s) but this process uses %s: "
+                    "set the topic variable to %s to keep reading it (see kafka/config.py), or let it drain "
+                    "before upgrading", old, new, messages, new, old)
+
+
+def legacy_topics_with_data(target: str | KafkaConfig, renamed: Mapping[str, str], *, admin: Any = None,
+                            timeout_s: float = 5.0) -> dict[str, tuple[str, int]]:
+    """New name -> (former name, messages on it) for each former-named topic that exists and holds messages.
+
+    ``renamed`` maps a topic's current name to its former one
+    (:meth:`KafkaConfig.legacy_topic_names`). Messages are counted from the
+    watermarks (high - low per partition; tansu's high watermarks may be low,
+    so there a non-empty topic can count fewer). Never raises: a broker that
+    does not answer gives an empty answer.
+    """
+    if not renamed:
+        return {}
+    kafka = _config(target)
+    try:
+        from confluent_kafka import Consumer, TopicPartition
+
+        from .client import _NullLogger, consumer_conf
+
+        meta = (admin or admin_client(kafka)).list_topics(timeout=timeout_s)
+        present = {old: meta.topics[old] for old in renamed.values() if old in meta.topics}
+        if not present:
+            return {}
+        consumer = Consumer(consumer_conf(kafka, "legacy-topics", f"{kafka.client_id}-legacy-topics",
+                                          logger=_NullLogger()))
+        try:
+            out = {}
+            for new, old in renamed.items():
+                if old not in present:
+                    continue
+                n = 0
+                for p in present[old].partitions:
+                    lo, hi = consumer.get_watermark_offsets(TopicPartition(old, p), timeout=timeout_s, cached=False)
+                    n += max(0, int(hi) - max(0, int(lo)))
+                if n > 0:
+                    out[new] = (old, n)
+            return out
+        finally:
+            consumer.close()
+    except Exception:  # a check, never a failure of the caller
+        log.debug("legacy topic check failed", exc_info=True)
+        return {}
 
 
 def ensure_topics(kafka: KafkaConfig, names: Any, *, timeout_s: float = 10.0, log: Any = None) -> bool:

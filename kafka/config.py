@@ -11,9 +11,11 @@ EROICA_KAFKA_BOOTSTRAP              127.0.0.1:9092       bootstrap servers (host
 EROICA_KAFKA_TOPIC_RAW              eroica.raw           columnar frames (models.frames)
 EROICA_KAFKA_TOPIC_INGEST           eroica.ingest        contract JSON lines sent by outside collectors
 EROICA_KAFKA_TOPIC_DEADLETTER       eroica.deadletter    rejected input, JSON {source,line,reason,raw}
-EROICA_KAFKA_TOPIC_SUMMARIES        eroica.summaries     per-window summaries (stream processors)
+EROICA_KAFKA_TOPIC_DIGESTS          eroica.digests       window digests, progress, job and end messages
+                                                         (summariser or edge node -> detector)
 EROICA_KAFKA_TOPIC_VERDICTS         eroica.verdicts      verdicts, one JSON object per message
-EROICA_KAFKA_TOPIC_PATTERNS         eroica.patterns      per-window function summaries (msgpack list of WindowSummary)
+EROICA_KAFKA_TOPIC_WINDOW_SUMMARIES eroica.window-summaries  rows of the ``summaries`` table (msgpack list
+                                                         of WindowSummary per job window; detector -> sink)
 EROICA_KAFKA_PARTITIONS             8                    partitions of each topic we create
 EROICA_KAFKA_FRAME_RECORDS          1000                 most records in one frame
 EROICA_KAFKA_LINGER_MS              20                   producer linger (batching delay)
@@ -38,10 +40,22 @@ EROICA_KAFKA_SSL_VERIFY_HOSTNAME    on                   check the broker's name
 Every Kafka client of Eroica (librdkafka producers, consumers and admin
 clients, faust's and aiokafka's) gets its connection settings from this object
 through :mod:`eroica.kafka.client`; nothing else builds them.
+
+**Renamed topics** (issue 14): the digests topic was ``eroica.summaries``
+(``EROICA_KAFKA_TOPIC_SUMMARIES``) and the window-summaries topic
+``eroica.patterns`` (``EROICA_KAFKA_TOPIC_PATTERNS``). The old variables are
+still read when the new ones are unset (a warning says so), and the old
+attribute names ``summaries_topic`` / ``patterns_topic`` remain as read-only
+aliases. A deployment upgraded with data still on the old topics must either
+keep their names (``EROICA_KAFKA_TOPIC_DIGESTS=eroica.summaries``,
+``EROICA_KAFKA_TOPIC_WINDOW_SUMMARIES=eroica.patterns``) or let them drain
+first: :func:`eroica.kafka.admin.create_topics` warns at every start while an
+old-named topic holds messages and the new name is in use.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
@@ -55,9 +69,9 @@ _ENV_NAMES = {
     "raw_topic": "TOPIC_RAW",
     "ingest_topic": "TOPIC_INGEST",
     "deadletter_topic": "TOPIC_DEADLETTER",
-    "summaries_topic": "TOPIC_SUMMARIES",
+    "digests_topic": "TOPIC_DIGESTS",
     "verdicts_topic": "TOPIC_VERDICTS",
-    "patterns_topic": "TOPIC_PATTERNS",
+    "window_summaries_topic": "TOPIC_WINDOW_SUMMARIES",
     "partitions": "PARTITIONS",
     "frame_records": "FRAME_RECORDS",
     "linger_ms": "LINGER_MS",
@@ -77,6 +91,14 @@ _ENV_NAMES = {
     "ssl_verify_hostname": "SSL_VERIFY_HOSTNAME",
 }
 
+# Renamed topics (issue 14): field -> (former variable suffix, former default name).
+LEGACY_TOPICS: dict[str, tuple[str, str]] = {
+    "digests_topic": ("TOPIC_SUMMARIES", "eroica.summaries"),
+    "window_summaries_topic": ("TOPIC_PATTERNS", "eroica.patterns"),
+}
+
+log = logging.getLogger("eroica.kafka")
+
 SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
 SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
 
@@ -89,9 +111,9 @@ class KafkaConfig:
     raw_topic: str = "eroica.raw"
     ingest_topic: str = "eroica.ingest"
     deadletter_topic: str = "eroica.deadletter"
-    summaries_topic: str = "eroica.summaries"
+    digests_topic: str = "eroica.digests"
     verdicts_topic: str = "eroica.verdicts"
-    patterns_topic: str = "eroica.patterns"
+    window_summaries_topic: str = "eroica.window-summaries"
     partitions: int = 8
     frame_records: int = 1000
     linger_ms: int = 20
@@ -153,6 +175,12 @@ class KafkaConfig:
                 raise ValueError(f"{ENV_PREFIX}SASL_PASSWORD_FILE={password_file!r}: {exc.strerror}") from None
         for name, suffix in _ENV_NAMES.items():
             raw = env.get(ENV_PREFIX + suffix)
+            if (raw is None or raw == "") and name in LEGACY_TOPICS:
+                old = ENV_PREFIX + LEGACY_TOPICS[name][0]
+                raw = env.get(old)
+                if raw:
+                    log.warning("%s is the former name of %s%s (issue 14): read as such; rename it", old,
+                                ENV_PREFIX, suffix)
             if raw is None or raw == "":
                 continue
             if types[name] in ("bool", bool):
@@ -171,6 +199,30 @@ class KafkaConfig:
         return cls(**values)  # type: ignore[arg-type]
 
     @property
+    def summaries_topic(self) -> str:
+        """Former name of :attr:`digests_topic` (kept for callers not yet renamed)."""
+        return self.digests_topic
+
+    @property
+    def patterns_topic(self) -> str:
+        """Former name of :attr:`window_summaries_topic` (kept for callers not yet renamed)."""
+        return self.window_summaries_topic
+
+    def legacy_topic_names(self) -> dict[str, str]:
+        """Configured name -> the name the same topic had before issue 14, for topics whose name changed.
+
+        A prefixed name (:meth:`with_topic_prefix`) maps to the old name with
+        the same prefix; a name set by hand to anything else has no former name.
+        """
+        out = {}
+        for name, (_suffix, old) in LEGACY_TOPICS.items():
+            new_default = next(f.default for f in fields(self) if f.name == name)
+            current = getattr(self, name)
+            if isinstance(new_default, str) and current.endswith(new_default):
+                out[current] = current[: len(current) - len(new_default)] + old
+        return out
+
+    @property
     def sasl(self) -> bool:
         return self.security_protocol.startswith("sasl_")
 
@@ -184,8 +236,8 @@ class KafkaConfig:
 
     @staticmethod
     def topic_fields() -> tuple[str, ...]:
-        return ("raw_topic", "ingest_topic", "deadletter_topic", "summaries_topic", "verdicts_topic",
-                "patterns_topic")
+        return ("raw_topic", "ingest_topic", "deadletter_topic", "digests_topic", "verdicts_topic",
+                "window_summaries_topic")
 
     def topics(self) -> dict[str, int]:
         """Every topic with its partition count, for ``create_topics``."""

@@ -1,13 +1,30 @@
 """Rejected input goes to the dead-letter topic, never silently away (telemetry-v1).
 
-Each message is JSON keyed by its source, so one file's rejects stay in order
-on one partition::
+The one dead-letter format of Eroica (every producer of dead letters encodes
+through this module, and :func:`eroica.models.deadletter.decode_deadletter`
+reads it). Each message is JSON keyed by its source, so one file's rejects
+stay in order on one partition::
 
-    {"source", "line", "reason",       # where (file, or topic/partition[@offset]) and why
+    {"source", "line", "reason",       # where and why (below)
      "raw",                            # the rejected bytes, whole (see below)
      "raw_encoding": "text"|"base64",  # base64 when the bytes are not UTF-8
      "raw_bytes", "raw_sha256",        # size and SHA-256 of the whole rejected payload
-     "raw_truncated": bool}
+     "raw_truncated": bool,
+     "partition", "offset", "key"}     # only for a whole consumed Kafka message
+
+Two kinds of reject, one format:
+
+- a **line** (:func:`encode_deadletter`: the reader's rejects, from a file or
+  from within an ingest message): ``source`` is the file, or
+  ``topic/partition@offset`` of the ingest message, and ``line`` the line
+  number within it;
+- a whole **consumed message** (:func:`deadletter_message`: the stream
+  workers, the ClickHouse sink, the alert consumer): ``source`` is the topic,
+  ``line`` the offset, plus ``partition``, ``offset`` and ``key`` (as text).
+
+Before issue 14 the stream workers wrote a consumed message's dead letter as a
+line (``source`` ``topic/partition``, no ``partition``/``offset``/``key``);
+:func:`~eroica.models.deadletter.decode_deadletter` still reads those.
 
 ``raw`` holds the **whole** rejected line or message, so a dead letter can be
 replayed once its cause is fixed. Only when the dead letter would exceed
@@ -24,19 +41,12 @@ reader's own size bound is never held whole, so its ``raw`` is empty and
 
 from __future__ import annotations
 
-import msgspec
-
 from eroica.models.deadletter import HEAD_BYTES, MAX_DEADLETTER_BYTES, encode_with_raw
 from eroica.models.reader import Invalid
 
 from .publisher import FramePublisher
 
-MAX_RAW_CHARS = HEAD_BYTES  # kept for callers of the former truncating form
-
-
-def deadletter_record(invalid: Invalid, max_bytes: int = MAX_DEADLETTER_BYTES) -> dict:
-    """The dead-letter form of one rejected line (a dict; see the module docstring)."""
-    return msgspec.json.decode(encode_deadletter(invalid, max_bytes))
+__all__ = ["encode_deadletter", "deadletter_message", "publish_invalid", "HEAD_BYTES", "MAX_DEADLETTER_BYTES"]
 
 
 def encode_deadletter(invalid: Invalid, max_bytes: int = MAX_DEADLETTER_BYTES) -> bytes:
@@ -51,7 +61,7 @@ def publish_invalid(publisher: FramePublisher, topic: str, invalid: Invalid) -> 
 
 def deadletter_message(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
                        reason: str, max_bytes: int = MAX_DEADLETTER_BYTES) -> bytes:
-    """The dead letter of one rejected Kafka message (JSON), as every plain consumer writes it.
+    """The dead letter of one rejected Kafka message (JSON), as every consumer of Eroica writes it.
 
     ``source``/``line`` are the topic and offset (with ``partition``/``offset``
     and the key as text): the durable reference when ``raw`` had to be cut.

@@ -115,8 +115,8 @@ def test_config_from_env_and_prefix() -> None:
         KafkaConfig(partitions=0)
     pre = cfg.with_topic_prefix("t1")
     assert pre.raw_topic == "t1.raw" and pre.deadletter_topic == "t1.eroica.deadletter"
-    assert set(pre.topics()) == {"t1.raw", "t1.eroica.ingest", "t1.eroica.deadletter", "t1.eroica.summaries",
-                                 "t1.eroica.verdicts", "t1.eroica.patterns"}
+    assert set(pre.topics()) == {"t1.raw", "t1.eroica.ingest", "t1.eroica.deadletter", "t1.eroica.digests",
+                                 "t1.eroica.verdicts", "t1.eroica.window-summaries"}
 
 
 def _reference_frames(batches: list, size: int, lag: int | None) -> dict:

@@ -1,15 +1,18 @@
-"""The raw part of every dead letter: the whole rejected payload, or a durable reference to it.
+"""The dead letter's form: its raw part (the whole rejected payload, or a durable reference) and its reader.
 
-Shared by every producer of dead letters (the reader's rejects through
-``kafka/deadletter.py``, the stream workers, the ClickHouse sink,
-the alert consumer), so they all have one form; see that module for the
-message layout.
+Every producer of dead letters (the reader's rejects, the stream workers, the
+ClickHouse sink, the alert consumer) encodes through ``kafka/deadletter.py``,
+which builds on :func:`encode_with_raw` here, so they all have one form (that
+module documents the layout). :func:`decode_deadletter` reads it back, and
+also the form the stream workers wrote before issue 14 (a consumed message as
+a "line": ``source`` ``topic/partition``, ``line`` the offset).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from typing import Any
 
 import msgspec
@@ -56,3 +59,46 @@ def encode_with_raw(doc: dict[str, Any], raw: bytes | None, max_bytes: int = MAX
         doc["source"] = str(doc.get("source", ""))[:1000]
         out = _encoder.encode(doc)
     return out
+
+
+class DeadLetter(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
+    """One dead letter, read back; ``topic``/``partition``/``offset`` are set for a consumed Kafka message."""
+
+    source: str
+    line: int
+    reason: str
+    raw: str = ""
+    raw_encoding: str = "text"
+    raw_bytes: int = 0
+    raw_sha256: str = ""
+    raw_truncated: bool = False
+    partition: int | None = None
+    offset: int | None = None
+    key: str | None = None
+    topic: str | None = None  # not on the wire: ``source`` when ``partition`` is set
+
+    def payload(self) -> bytes:
+        """The rejected bytes as stored (only their head when ``raw_truncated``)."""
+        return base64.b64decode(self.raw) if self.raw_encoding == "base64" else self.raw.encode("utf-8")
+
+
+_letter = msgspec.json.Decoder(DeadLetter)
+_OLD_MESSAGE_SOURCE = re.compile(r"^([A-Za-z0-9._-]+)/(\d+)$")  # a Kafka topic name has no "/"
+
+
+def decode_deadletter(data: bytes) -> DeadLetter:
+    """A dead letter of either form (``msgspec`` errors for anything else).
+
+    The stream workers' former form of a consumed message, ``source``
+    ``topic/partition`` and ``line`` its offset, is read as the current one:
+    ``topic``, ``partition`` and ``offset`` filled in, ``source`` the topic
+    (a file whose relative path is ``name/<digits>`` would read so too).
+    """
+    d = _letter.decode(data)
+    if d.partition is None:
+        m = _OLD_MESSAGE_SOURCE.match(d.source)
+        if m is None:
+            return d  # a line of a file or of an ingest message
+        d.source, d.partition, d.offset = m.group(1), int(m.group(2)), d.line
+    d.topic = d.source
+    return d

@@ -1,8 +1,40 @@
 """Per-window function summaries: the rows behind history and heat-maps.
 
-One row per (job, window, rank, function), produced by the detector from the
-window's patterns (``slowdown_vs_peers`` needs every rank of the window) and
-written by the sink to the ``summaries`` table.
+One row per (job, time window, rank, function), produced by the detector from
+the window's patterns (``slowdown_vs_peers`` needs every rank of the window),
+sent on the window-summaries topic (``eroica.window-summaries``) and written
+by the sink to the ``summaries`` table.
+
+**Not** :class:`~eroica.models.digest.FnRows`, though the fields look alike:
+``FnRows`` are the digest's *partial* columns (per rank, function *and step
+part*: interior and edge rows that the detector still sums across time
+windows, with exclusive time, weights and low quantiles, no node or window),
+the input of ``build_patterns``; a ``WindowSummary`` is one *finished* cell
+of the patterns of a whole time window, with its rank's node, the function's
+kind, its critical-path share and its slowdown, as stored. Keeping one type
+for both would put storage fields into the wire digest, or step parts into
+the table.
+
+``slowdown_vs_peers`` and a verdict's ``slowdown`` are **different
+quantities** (both computed in ``streams/detection``, which this module does
+not own; see the README's *Window summaries*):
+
+- ``slowdown_vs_peers`` (``patterns.pattern_summaries``): the cell's per-step
+  cost over the **median of every rank of the job** for that function,
+  **including the rank itself**, over one **time window**; NaN where the
+  median is 0 or undefined. A descriptive heat-map value for every cell.
+- ``Verdict.slowdown`` (rank scope, ``detector.analyse_job_window``): the sum
+  over the culprit's **abnormal functions** of its per-step cost, over the
+  sum of their **leave-one-out medians among the ranks of its role** (its
+  pipeline stage, or its tensor-parallel position for kernels), over a **job
+  window** of whole steps, floored at 0.1% of a step per function. It is the
+  peer test's own measure, for abnormal cells only.
+
+So for a culprit the stored value reads lower (its own cost is inside the
+median, and other roles' ranks dilute it) and per function, and may cover a
+different span. Making them equal needs the job's roles in
+``pattern_summaries``: a change of ``streams/detection`` behaviour, left to
+its owner (issue 14).
 """
 
 from __future__ import annotations
@@ -14,8 +46,10 @@ class WindowSummary(msgspec.Struct, kw_only=True):
     """What one rank did in one function during one window (a row of ``summaries``).
 
     ``beta`` is the share of the window the function spent on the rank's
-    critical path; ``slowdown_vs_peers`` the rank's cost over its peers' median
-    (NaN when it has no peers). Quantiles and totals are nanoseconds.
+    critical path; ``slowdown_vs_peers`` the rank's per-step cost over the
+    median of all the window's ranks, itself included (NaN when undefined; not
+    the verdict's ``slowdown``: see the module docstring). Quantiles and totals
+    are nanoseconds.
     """
 
     job: str

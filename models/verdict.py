@@ -10,7 +10,7 @@ that links the windows of one persisting problem (same hash without the window).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, Union, get_args
 
 import msgspec
 
@@ -91,6 +91,7 @@ def _enc_hook(obj: Any) -> Any:
 _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 _list_decoder = msgspec.json.Decoder(list[Verdict])
 _one_decoder = msgspec.json.Decoder(Verdict)
+_message_decoder = msgspec.json.Decoder(Union[Verdict, list[Verdict]])
 
 
 def encode_verdicts(verdicts: list[Verdict]) -> bytes:
@@ -129,3 +130,19 @@ def decode_verdicts(data: bytes) -> list[Verdict]:
 def decode_verdict(data: bytes) -> Verdict:
     """One JSON verdict; ``msgspec.DecodeError`` (with the reason) for anything else."""
     return _guarded(_one_decoder, data, "verdict")
+
+
+def decode_verdict_message(data: bytes | None) -> list[Verdict]:
+    """The verdicts of one verdict-topic message: one JSON verdict, or a JSON array of them.
+
+    The one decoder of verdict messages (the ClickHouse sink, the alert
+    consumer, tests). The JSON value's own type picks the form, so nothing
+    sniffs the first byte; ``msgspec.DecodeError`` with the reason for
+    anything else (empty, another JSON type, too large or too deep: size and
+    depth are bounded first). An empty array decodes to ``[]``: whether that
+    is acceptable is the reader's rule.
+    """
+    if not data:
+        raise msgspec.DecodeError("empty message (no verdict)")
+    got = _guarded(_message_decoder, data, "verdict message")
+    return got if isinstance(got, list) else [got]

@@ -1,1 +1,3 @@
-"""Eroica producers."""
+"""What publishes raw telemetry: the fault-injecting simulator, replay of a recorded run, the PyTorch
+tracer, the node agent and its counters, the importers.
+"""

@@ -1,6 +1,9 @@
-"""Where live producers (the tracer inside each rank, the node agent) send contract records.
+"""Where live producers (the tracer inside each rank, the node agent) send contract records: their outputs.
 
-Two sinks with one interface (``write`` a list of contract structs, ``close``):
+(Not the top-level ``sinks/``, where verdicts land; this module was
+``producers/sinks.py`` before issue 14, and its classes keep their names.)
+
+Three outputs with one interface (``write`` a list of contract structs, ``close``):
 
 ``JsonlSink``
     Appends JSON Lines to a file (per rank, per agent); ``eroica trace --out``
@@ -21,7 +24,7 @@ Two sinks with one interface (``write`` a list of contract structs, ``close``):
     by the caller (``eroica.streams.edge.EdgeDigester``: producers do not
     import the streams layer; ``eroica agent --edge-digests`` wires it) and
     only its window digests, progress and end messages are published, on the
-    summaries topic the detector reads, keyed by job. Same queue policy as
+    digests topic the detector reads, keyed by job. Same queue policy as
     ``KafkaSink``: never blocks, drops and counts.
 
 All are written to from one background thread only (the tracer's writer,
@@ -166,7 +169,7 @@ class DigestKafkaSink:
 
     def _send(self, messages) -> None:
         for m in messages:
-            if self.publisher.publish(self.config.summaries_topic, m.value, key=m.key):
+            if self.publisher.publish(self.config.digests_topic, m.value, key=m.key):
                 self.messages += 1
                 self.bytes += len(m.value) + len(m.key)
 

@@ -292,7 +292,7 @@ def replay_digests(paths: Iterable[str | Path], config: KafkaConfig, digester: C
         try:
             wait_for_broker(config, timeout_s=connect_timeout_s)
             try:
-                create_topics(config, {config.summaries_topic: config.partitions,
+                create_topics(config, {config.digests_topic: config.partitions,
                                        config.deadletter_topic: config.partitions}, timeout_s=connect_timeout_s)
             except BrokerError as exc:
                 log.warning("%s; publishing anyway", exc)
@@ -313,9 +313,9 @@ def replay_digests(paths: Iterable[str | Path], config: KafkaConfig, digester: C
     def send(messages: list) -> None:
         for m in messages:
             if counted:
-                pub.publish(config.summaries_topic, m.value, key=m.key, records=m.records)
+                pub.publish(config.digests_topic, m.value, key=m.key, records=m.records)
             else:
-                pub.publish(config.summaries_topic, m.value, key=m.key)
+                pub.publish(config.digests_topic, m.value, key=m.key)
             result.messages += 1
             result.message_bytes += len(m.value) + len(m.key)
             result.digests += m.kind == "digest"

@@ -1,1 +1,3 @@
-"""Eroica sinks."""
+"""Where verdicts land: ClickHouse (``python -m eroica.sinks.clickhouse``) and the alert consumer
+(``eroica alert``).
+"""

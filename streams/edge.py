@@ -5,13 +5,13 @@ In *digest mode* a producer on the node (``eroica replay --edge-digests``,
 it cuts the node's records into the same epoch-aligned windows
 (``[k*W, (k+1)*W)``, :class:`~eroica.streams.detection.windows.WindowAssembler`)
 with the same lateness rule as the central summariser
-(:mod:`eroica.streams.faust.summariser`: per job, each stream ``(key, record
+(:mod:`eroica.streams.cores.summariser_core`: per job, each stream ``(key, record
 type)`` has an event-time mark, the oldest record of its latest batch; the
 watermark is the slowest active stream's mark, unless it lags the most
 advanced by more than ``max_skew_ns``; window ``k`` closes once the watermark
 passes ``(k + 1) * W + lateness``), digests each window with the very same
 :func:`~eroica.streams.detection.summarise.digest_window`, and hands back
-summaries-topic messages (:mod:`eroica.streams.faust.messages`) exactly as a
+summaries-topic messages (:mod:`eroica.streams.cores.digest_messages`) exactly as a
 summariser partition would send them. The detector cannot tell the modes
 apart: a node is one more *source* whose digest covers its ranks, merged with
 the other sources' digests of the window by concatenation.
@@ -45,7 +45,7 @@ from eroica.models.columns import Columns
 from eroica.models.records import JobRecord
 from eroica.streams.detection.summarise import digest_window
 from eroica.streams.detection.windows import JobWindow, WindowAssembler
-from eroica.streams.faust.messages import DigestMsg, EndMsg, JobMsg, ProgressMsg, encode_message
+from eroica.streams.cores.digest_messages import DigestMsg, EndMsg, JobMsg, ProgressMsg, encode_message
 
 
 @dataclass(frozen=True)

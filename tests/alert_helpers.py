@@ -109,7 +109,7 @@ def detector_windows(tmp_dir: Path) -> list[Window]:
     return list(_windows_cached(str(tmp_dir)))
 
 
-def publish(bootstrap: str, verdicts_topic: str, patterns_topic: str, windows: Sequence[Window]) -> None:
+def publish(bootstrap: str, verdicts_topic: str, window_summaries_topic: str, windows: Sequence[Window]) -> None:
     """Each window's verdicts, then its summaries (the detector's order), key = job; flushed."""
     from confluent_kafka import Producer
 
@@ -118,7 +118,7 @@ def publish(bootstrap: str, verdicts_topic: str, patterns_topic: str, windows: S
         for value in w.verdicts:
             p.produce(verdicts_topic, value, w.job.encode())
         if w.patterns is not None:
-            p.produce(patterns_topic, w.patterns, w.job.encode())
+            p.produce(window_summaries_topic, w.patterns, w.job.encode())
     left = p.flush(15)
     assert left == 0, f"{left} messages not delivered to the broker"
 

@@ -31,8 +31,8 @@ def _targets():
     from eroica.sinks.clickhouse.messages import RejectedMessage
     from eroica.sinks.clickhouse.messages import decode_summaries as sink_summaries
     from eroica.sinks.clickhouse.messages import decode_verdicts as sink_verdicts
-    from eroica.streams.faust.ingest import ingest_message
-    from eroica.streams.faust.messages import MessageError, decode_message
+    from eroica.streams.cores.ingest import ingest_message
+    from eroica.streams.cores.digest_messages import MessageError, decode_message
 
     dec = msgspec.DecodeError
     return [

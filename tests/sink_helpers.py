@@ -148,7 +148,7 @@ def sink_env(config: SinkWorkerConfig, clickhouse_url: str, http_port: int) -> d
         "EROICA_KAFKA_BOOTSTRAP": k.bootstrap,
         "EROICA_KAFKA_TOPIC_VERDICTS": k.verdicts_topic,
         "EROICA_KAFKA_TOPIC_DEADLETTER": k.deadletter_topic,
-        "EROICA_KAFKA_TOPIC_PATTERNS": k.patterns_topic,
+        "EROICA_KAFKA_TOPIC_WINDOW_SUMMARIES": k.window_summaries_topic,
         "EROICA_KAFKA_PARTITIONS": str(k.partitions),
         "EROICA_SINK_GROUP": config.group_id,
         "EROICA_SINK_FLUSH_MS": str(int(config.flush_interval_s * 1000)),

@@ -45,9 +45,9 @@ def test_opened_once_and_resolved_once_across_a_sigkill(kafka_bootstrap: str, tm
     assert 2 <= len(opening) <= 3 and all(w in windows[:4] for w in opening), "the fixture run changed"
     assert windows[-1].incidents == [], "the fixture run changed"
     prefix = f"e{uuid.uuid4().hex[:8]}"
-    verdicts, patterns = f"{prefix}.eroica.verdicts", f"{prefix}.eroica.patterns"
+    verdicts, patterns = f"{prefix}.eroica.verdicts", f"{prefix}.eroica.window-summaries"
     hook = Webhook()
-    env = {**os.environ, "EROICA_KAFKA_TOPIC_VERDICTS": verdicts, "EROICA_KAFKA_TOPIC_PATTERNS": patterns,
+    env = {**os.environ, "EROICA_KAFKA_TOPIC_VERDICTS": verdicts, "EROICA_KAFKA_TOPIC_WINDOW_SUMMARIES": patterns,
            "EROICA_KAFKA_PARTITIONS": str(PARTITIONS), "EROICA_ALERT_SESSION_TIMEOUT_MS": "2000",
            "EROICA_METRICS_PORT": "0", "EROICA_DATA_DIR": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1"}
     args = ["--webhook", hook.url, "--kafka", kafka_bootstrap, "--group", f"{prefix}.alert",

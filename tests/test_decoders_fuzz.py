@@ -29,10 +29,10 @@ from eroica.sinks.alerts.consumer import _Rejected, decode_verdict_message, deco
 from eroica.sinks.clickhouse.messages import RejectedMessage
 from eroica.sinks.clickhouse.messages import decode_summaries as sink_summaries
 from eroica.sinks.clickhouse.messages import decode_verdicts as sink_verdicts
-from eroica.streams.faust.detector import DetectorCore
-from eroica.streams.faust.ingest import ingest_message
-from eroica.streams.faust.messages import DigestMsg, MessageError, decode_message, encode_message
-from eroica.streams.faust.summariser import DEADLETTER, PartitionSummariser
+from eroica.streams.cores.detector_core import DetectorCore
+from eroica.streams.cores.ingest import ingest_message
+from eroica.streams.cores.digest_messages import DigestMsg, MessageError, decode_message, encode_message
+from eroica.streams.cores.summariser_core import DEADLETTER, PartitionSummariser
 
 FN = {"type": "fn", "job": "j", "node": "n", "rank": 0, "step": 0, "fn": "f", "kind": "kernel",
       "ts_ns": 1, "dur_ns": 2}

@@ -42,8 +42,8 @@ from eroica.producers.replay import MAX_LAG_NS, _time_ordered
 from eroica.producers.simulator import SimConfig, write_jsonl
 from eroica.streams.detection import DEFAULT_WINDOW_S, analyze
 from eroica.streams.detection.collectives import summarise_collectives
-from eroica.streams.faust.detector import VERDICTS, DetectorCore
-from eroica.streams.faust.summariser import SUMMARIES, JobClock, PartitionSummariser
+from eroica.streams.cores.detector_core import VERDICTS, DetectorCore
+from eroica.streams.cores.summariser_core import SUMMARIES, JobClock, PartitionSummariser
 
 W = int(DEFAULT_WINDOW_S * 1e9)
 UNBOUNDED = 1 << 62  # a lateness no input reaches: every window waits for the end of the input

@@ -30,8 +30,8 @@ from eroica.streams.detection.summarise import digest_window
 from eroica.streams.detection.windows import WindowAssembler
 from eroica.producers.replay import split_by_node
 from eroica.streams.edge import EdgeDigester
-from eroica.streams.faust.detector import VERDICTS, DetectorCore
-from eroica.streams.faust.messages import DigestMsg, decode_message
+from eroica.streams.cores.detector_core import VERDICTS, DetectorCore
+from eroica.streams.cores.digest_messages import DigestMsg, decode_message
 
 W = 30 * 10**9
 FAULTS = ["gpu_throttle:rank=6", "nic:node=2,nic=1"]
@@ -200,8 +200,8 @@ def test_node_agent_digest_sink_publishes_digests_of_its_node_only() -> None:
     from eroica.kafka.config import KafkaConfig
     from eroica.kafka.framing import frame_key
     from eroica.models.records import HostRecord
-    from eroica.producers.sinks import DigestKafkaSink
-    from eroica.streams.faust.messages import EndMsg
+    from eroica.producers.outputs import DigestKafkaSink
+    from eroica.streams.cores.digest_messages import EndMsg
 
     class Pub:
         def __init__(self) -> None:
@@ -227,7 +227,7 @@ def test_node_agent_digest_sink_publishes_digests_of_its_node_only() -> None:
         sink.write([HostRecord(job="j", node="n0", ts_ns=t0 + i * 500_000_000, cpu_util_pct=50.0)])
     sink.close()
     msgs = [decode_message(v) for _t, _k, v in pub.sent]
-    assert {t for t, _k, _v in pub.sent} == {config.summaries_topic} and {k for _t, k, _v in pub.sent} == {b"j"}
+    assert {t for t, _k, _v in pub.sent} == {config.digests_topic} and {k for _t, k, _v in pub.sent} == {b"j"}
     digests = [m for m in msgs if isinstance(m, DigestMsg)]
     assert [d.start_ns for d in digests] == [t0 + k * W for k in range(8)]
     assert all(m.keys == ["j/n0"] for m in msgs) and isinstance(msgs[-1], EndMsg)

@@ -19,8 +19,8 @@ from eroica.models.reader import decode_line, parse_lines
 from eroica.models.records import MAX_DUR_NS
 from eroica.kafka.config import KafkaConfig
 from eroica.producers.replay import replay
-from eroica.streams.faust.ingest import RAW, ingest_message
-from eroica.streams.faust.summariser import DEADLETTER
+from eroica.streams.cores.ingest import RAW, ingest_message
+from eroica.streams.cores.summariser_core import DEADLETTER
 
 FN = {"type": "fn", "job": "j", "node": "n0", "rank": 0, "step": 0, "fn": "aten::mm", "kind": "kernel",
       "ts_ns": 1_700_000_000_000_000_000, "dur_ns": 1000}

@@ -13,7 +13,7 @@ import threading
 import time
 
 from eroica.producers.counters.sampler import NodeSampler
-from eroica.producers.sinks import Sink
+from eroica.producers.outputs import Sink
 
 log = logging.getLogger(__name__)
 

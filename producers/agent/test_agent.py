@@ -16,7 +16,7 @@ from eroica.models.records import HostRecord, NicRecord
 from eroica.producers.agent import NodeAgent
 from eroica.producers.counters.gpu import GpuSampler
 from eroica.producers.counters.sampler import NodeSampler
-from eroica.producers.sinks import JsonlSink, KafkaSink
+from eroica.producers.outputs import JsonlSink, KafkaSink
 
 
 def _no_gpu() -> GpuSampler:

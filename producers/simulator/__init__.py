@@ -12,7 +12,7 @@ API::
     t = truth(cfg)                             # the truth alone (runs the model, builds no records)
 
 Records per rank per step, pp = 1 (tp > 1, dp > 1): 37 ``fn`` records --
-13 fixed ones (the frames ``train_step``, ``model.forward``, ``model.backward``,
+13 fixed ones (the enclosing regions ``train_step``, ``model.forward``, ``model.backward``,
 ``clip_grad_norm_``, ``optimizer.step``; ``DataLoader.__next__``, ``Memcpy HtoD``,
 the DP reduce-scatter, the grad-norm kernel, the world all-reduce, the Adam
 kernel, the DP all-gather, ``Memcpy DtoH``), 12 in the forward pass (10

@@ -637,11 +637,11 @@ class Simulation:
                 if (0, i) in gcs:
                     self._pause(gcs[(0, i)])
                 self._run(op, 0, W, 0)
-            self._emit(pr.fwd_frame, 0, W, f_open, self.host.copy())
+            self._emit(pr.fwd_region, 0, W, f_open, self.host.copy())
             b_open = self.host.copy()
             for op in pr.bwd[0]:
                 self._run(op, 0, W, 0)
-            self._emit(pr.bwd_frame, 0, W, b_open, self.host.copy())
+            self._emit(pr.bwd_region, 0, W, b_open, self.host.copy())
         else:
             self._pipeline(gcs)
         if pr.rs is not None:
@@ -651,11 +651,11 @@ class Simulation:
         self._kernel(pr.l2norm, 0, W)
         if pr.world_ar is not None:
             self._collective(pr.world_ar, 0, W, None)
-        self._emit(pr.clip_frame, 0, W, c_open, self.host.copy())
+        self._emit(pr.clip_region, 0, W, c_open, self.host.copy())
         o_open = self.host.copy()
         self.host += pr.opt_host * E.host_fac * self._jit(0.03, 0, W)
         self._kernel(pr.adam, 0, W)
-        self._emit(pr.opt_frame, 0, W, o_open, self.host.copy())
+        self._emit(pr.opt_region, 0, W, o_open, self.host.copy())
         if pr.ag is not None:
             self._collective(pr.ag, 0, W, None)
         self._kernel(pr.d2h, 0, W)
@@ -695,7 +695,7 @@ class Simulation:
                     self._run(op, lo, hi, s)
                 if s > 0:
                     pend[("b", m, s)] = self._send(pr.send_b, s)
-        self._emit(pr.pipe_frame, 0, self.W, p_open, self.host.copy())
+        self._emit(pr.pipe_region, 0, self.W, p_open, self.host.copy())
 
     def _pipeline_1f1b(self, gcs: dict) -> None:
         """1F1B / interleaved 1F1B (realistic profile): each stage follows its schedule order.
@@ -742,7 +742,7 @@ class Simulation:
                     moved = True
             if not moved:  # pragma: no cover - the orders below are valid schedules
                 raise AssertionError(f"pipeline schedule stuck at {pos}")
-        self._emit(pr.pipe_frame, 0, self.W, p_open, self.host.copy())
+        self._emit(pr.pipe_region, 0, self.W, p_open, self.host.copy())
 
     def _between_steps(self, k: int) -> None:
         """Realistic profile: a checkpoint and / or an evaluation after step ``k``, on every rank."""
@@ -769,7 +769,7 @@ class Simulation:
                     if s < pp - 1:
                         arr = self._send(pr.send_f, s)
                 self.host = np.maximum(self.host, self.gpu)  # the batch's loss / metrics read back: a sync
-                self._emit(pr.eval_frame, 0, W, e_open, self.host.copy())
+                self._emit(pr.eval_region, 0, W, e_open, self.host.copy())
             if pr.world_ar is not None:  # the eval metrics averaged over every rank: all leave eval together
                 self._collective(pr.world_ar, 0, W, None)
                 self.host = np.maximum(self.host, self.gpu)
@@ -794,7 +794,7 @@ class Simulation:
         cut, n = self.t_cut, 0
         for op, lo, hi, ts, end, groups in self._emits:
             ok = ts < cut
-            if op.tag == "frame":
+            if op.tag == "region":
                 ok &= end <= cut
             n += int(ok.sum())
         return n
@@ -803,9 +803,9 @@ class Simulation:
         job, nn, cut, t0 = self.job, self.L.rank_node_names, self.t_cut, self.t0
         recs: list[dict] = []
         for op, lo, hi, ts, end, groups in self._emits:
-            frame = op.tag == "frame"
+            region = op.tag == "region"
             ok = ts < cut
-            if frame:
+            if region:
                 ok &= end <= cut
             if not ok.all():
                 idx = np.nonzero(ok)[0]
@@ -826,7 +826,7 @@ class Simulation:
                 recs.extend([{"type": "fn", "job": job, "node": nn[lo + j], "rank": lo + j, "step": k, "fn": fn,
                               "kind": kind, "ts_ns": tsl[j], "dur_ns": dur[j], "group": groups[lo + j], **tm}
                              for j in sel])
-            if not frame and math.isfinite(cut):
+            if not region and math.isfinite(cut):
                 infl = np.nonzero(ok & (end > cut))[0]
                 if len(infl):
                     # the in-flight records are the last ones appended for this op, in order

@@ -93,7 +93,7 @@ DEFAULT_VARIANT = Variant()
 class Op:
     """One function in a rank's step program.
 
-    tag: kernel | memcpy | coll | send | recv | host | frame.
+    tag: kernel | memcpy | coll | send | recv | host | region (a span enclosing others: a Python function on the stack).
     """
 
     __slots__ = ("tag", "fn", "kind", "cls", "gpu_ns", "host_ns", "nbytes", "op", "family",
@@ -120,8 +120,8 @@ def tp_allreduce(scale: float = 1.0) -> Op:
               op="all_reduce", family="tp", stream=S_TP)
 
 
-def frame(fn: str, stack: str, kind: str = "python") -> Op:
-    return Op("frame", fn, kind, stack=stack)
+def region(fn: str, stack: str, kind: str = "python") -> Op:
+    return Op("region", fn, kind, stack=stack)
 
 
 def fsdp_allgather() -> Op:
@@ -244,21 +244,21 @@ class Program:
         v = self.variant = variant
         dp, world, pp = cfg.dp, cfg.world, cfg.pp
         self.schedule = v.schedule if pp > 1 else "gpipe"
-        self.train_step = frame("train_step", ROOT)
+        self.train_step = region("train_step", ROOT)
         self.log = Op("host", "log_metrics", "python", stack=STACK_LOG)
         self.gc = Op("host", "gc.collect", "python", stack=(STACK_FWD if pp == 1 else STACK_PIPE) + ";gc.collect")
         self.dataloader = Op("host", DATALOADER, "dataloader", host_ms=6.0, stack=STACK_DL)
         self.h2d = Op("memcpy", H2D, "memcpy", "copy", host_ms=0.2, nbytes=256 * (1 << 20), stream=S_COMPUTE)
-        self.fwd_frame = frame("model.forward", STACK_FWD)
-        self.bwd_frame = frame("model.backward", STACK_BWD)
-        self.pipe_frame = frame("forward_backward_pipelining",
+        self.fwd_region = region("model.forward", STACK_FWD)
+        self.bwd_region = region("model.backward", STACK_BWD)
+        self.pipe_region = region("forward_backward_pipelining",
                                 STACK_PIPE_INTERLEAVED if v.chunks > 1 and pp > 1 else STACK_PIPE)
         # per stage and model chunk; fwd / bwd hold a stage's chunks one after the other
         self.fwd_chunks = [[forward_ops(cfg, s, v, c) for c in range(v.chunks)] for s in range(pp)]
         self.bwd_chunks = [[backward_ops(cfg, s, v, c) for c in range(v.chunks)] for s in range(pp)]
         self.fwd = [[o for c in self.fwd_chunks[s] for o in c] for s in range(pp)]
         self.bwd = [[o for c in self.bwd_chunks[s] for o in c] for s in range(pp)]
-        self.eval_frame = frame("eval.forward", STACK_EVAL)
+        self.eval_region = region("eval.forward", STACK_EVAL)
         self.ckpt = Op("host", "checkpoint.save", "io", stack=STACK_CKPT)
         act = GiB * 1.0 / cfg.mb
         self.send_f = Op("send", PP_SEND, "collective", "comm", host_ms=0.2, nbytes=act, op="send", family="pp", stream=S_PP)
@@ -270,11 +270,11 @@ class Program:
                       op="reduce_scatter", family="dp", stream=S_DP) if zero else None)
         self.ag = (Op("coll", DP_ALLGATHER, "collective", "comm", host_ms=0.3, nbytes=2 * GiB,
                       op="all_gather", family="dp", stream=S_DP) if zero else None)
-        self.clip_frame = frame("clip_grad_norm_", STACK_CLIP)
+        self.clip_region = region("clip_grad_norm_", STACK_CLIP)
         self.l2norm = K(L2NORM, "mem", 2.0, 0.5)
         self.world_ar = (Op("coll", WORLD_ALLREDUCE, "collective", "comm", host_ms=0.1, nbytes=4,
                             op="all_reduce", family="world", stream=S_DP) if world > 1 else None)
-        self.opt_frame = frame("optimizer.step", STACK_OPT, kind="optimizer")
+        self.opt_region = region("optimizer.step", STACK_OPT, kind="optimizer")
         self.opt_host = 4.0 * MS
         self.clip_host = 1.5 * MS
         self.adam = K(ADAM, "mem", 22.0, 0.05)
@@ -282,9 +282,9 @@ class Program:
 
     def all_ops(self) -> list[Op]:
         """Every distinct Op object of the program (send_b is send_f, and so on)."""
-        ops = [self.train_step, self.log, self.gc, self.dataloader, self.h2d, self.fwd_frame, self.bwd_frame,
-               self.pipe_frame, self.send_f, self.recv_f, self.send_b, self.recv_b, self.clip_frame, self.l2norm,
-               self.opt_frame, self.adam, self.d2h, self.eval_frame, self.ckpt]
+        ops = [self.train_step, self.log, self.gc, self.dataloader, self.h2d, self.fwd_region, self.bwd_region,
+               self.pipe_region, self.send_f, self.recv_f, self.send_b, self.recv_b, self.clip_region, self.l2norm,
+               self.opt_region, self.adam, self.d2h, self.eval_region, self.ckpt]
         ops += [o for o in (self.rs, self.ag, self.world_ar) if o is not None]
         for lst in self.fwd + self.bwd:
             ops += lst
@@ -313,7 +313,7 @@ class Program:
         M, per = self.cfg.mb, []
         for s in range(self.cfg.pp):
             ops = len(self.fwd[s]) + len(self.bwd[s])
-            pipe = 0 if self.cfg.pp == 1 else 2 * self.variant.chunks + 1  # sends / recvs, the pipeline frame
+            pipe = 0 if self.cfg.pp == 1 else 2 * self.variant.chunks + 1  # sends / recvs, the pipeline region
             per.append(12 + M * ops + M * pipe)  # 12: train_step .. Memcpy DtoH, the fixed records
         return sum(per) / len(per)
 

@@ -69,7 +69,7 @@ Engine hooks (they change timing, so counters and collectives follow):
    steps): ``checkpoint.save`` (kind ``io``) on every rank, 2-20 s, each rank
    writes its shard (+-10 %) and all leave at a barrier; GPUs idle.
 8. **Evaluation** every M steps (a 60-240 s interval, at least 4 steps): 1-20
-   forward-only batches (5-30 s), an ``eval.forward`` python frame and the
+   forward-only batches (5-30 s), an ``eval.forward`` python region and the
    forward kernels and TP collectives, on every rank, between training steps.
 9. **Warm-up**: the first 2-4 steps are 2-6x slower on every rank
    (compilation, autotuning, NCCL initialisation), kernels and host alike.

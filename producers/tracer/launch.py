@@ -67,7 +67,7 @@ def _start_agent(job: str, parts: Path | None, kafka: str | None, interval_s: fl
     from eroica.producers.agent import NodeAgent
     from eroica.producers.counters.gpu import GpuSampler, env_rank_base
     from eroica.producers.counters.sampler import NodeSampler
-    from eroica.producers.sinks import JsonlSink, KafkaSink, hostname
+    from eroica.producers.outputs import JsonlSink, KafkaSink, hostname
 
     node = hostname()
     gpu = GpuSampler(pid_rank=_pid_ranks(parts) if parts is not None else None)

@@ -89,7 +89,7 @@ def job_id(env: dict | None = None) -> str:
 
 def env_identity(env: dict | None = None) -> Identity:
     env = os.environ if env is None else env
-    from eroica.producers.sinks import hostname
+    from eroica.producers.outputs import hostname
 
     rank = _env_int(env, "RANK")
     world = _env_int(env, "WORLD_SIZE")
@@ -301,7 +301,7 @@ class Tracer:
             if self._sink_factory is not None:
                 self._sink = self._sink_factory(ident)
             else:
-                from eroica.producers.sinks import JsonlSink, KafkaSink
+                from eroica.producers.outputs import JsonlSink, KafkaSink
 
                 self._sink = KafkaSink(self.kafka) if self.kafka else JsonlSink(self.path_for(ident))
         return self._sink

@@ -131,7 +131,7 @@ class AlertConfig:
 
     @property
     def topics(self) -> list[str]:
-        return [self.kafka.verdicts_topic] + ([self.kafka.patterns_topic] if self.window_clock else [])
+        return [self.kafka.verdicts_topic] + ([self.kafka.window_summaries_topic] if self.window_clock else [])
 
     def tracker_settings(self) -> TrackerSettings:
         return TrackerSettings(min_confidence=self.min_confidence, components=tuple(self.components),

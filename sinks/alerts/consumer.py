@@ -4,7 +4,7 @@ The loop (the sink worker's commit discipline, with a webhook instead of an
 INSERT; both run the shared :mod:`eroica.kafka.loop`):
 
 1. consume ``eroica.verdicts`` (JSON verdicts, key = job) and, as the jobs'
-   event-time clock, ``eroica.patterns`` (one msgpack list of window
+   event-time clock, ``eroica.window-summaries`` (one msgpack list of window
    summaries per analysed window) in the consumer's own group, auto-commit off;
 2. apply each message to the :class:`~eroica.sinks.alerts.incidents.IncidentTracker`
    (pure, idempotent); once a second, ask it for due resolutions and reminders;
@@ -46,7 +46,7 @@ import msgspec
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Message, Producer, TopicPartition
 
 from eroica.models.limits import MAX_VERDICT_BYTES, LimitError, check_msgpack, failure_reason
-from eroica.models.verdict import Verdict, decode_verdict, decode_verdicts
+from eroica.models.verdict import Verdict, decode_verdict_message as _decode_verdicts
 from eroica.kafka.admin import ensure_topics
 from eroica.kafka.client import consumer_conf, producer_conf
 from eroica.kafka.loop import Batch, ConsumeLoop, Entry, LoopSettings, Rejected, Retry
@@ -88,7 +88,7 @@ def decode_verdict_message(value: bytes | None) -> list[Verdict]:
     if not value:
         raise _Rejected("empty message")
     try:
-        return decode_verdicts(value) if value.lstrip()[:1] == b"[" else [decode_verdict(value)]
+        return _decode_verdicts(value)  # the one decoder of verdict messages (models/verdict.py)
     except Exception as exc:  # DecodeError with its reason; nothing else can escape (models/limits.py)
         raise _Rejected(f"invalid verdict: {' '.join(str(exc).split())[:500]}") from None
 

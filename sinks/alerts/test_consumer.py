@@ -91,7 +91,7 @@ def test_crash_between_state_write_and_commit_sends_nothing_twice(kafka_bootstra
     th = threading.Thread(target=lambda: pytest.raises(_Crash, first.run), daemon=True)
     th.start()
     assert first.ready.wait(20)
-    publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.patterns_topic, windows[:3])
+    publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.window_summaries_topic, windows[:3])
     th.join(30)
     assert not th.is_alive(), "the crashing consumer did not crash"
     assert webhook.events() == ["opened"]
@@ -103,7 +103,7 @@ def test_crash_between_state_write_and_commit_sends_nothing_twice(kafka_bootstra
         wait_for(lambda: _committed_total(cfg, cfg.kafka.verdicts_topic) == 3, 30, "the re-read verdicts committed")
         assert webhook.events() == ["opened"]
         assert second.stats.verdicts == 3
-        publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.patterns_topic, windows[3:])
+        publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.window_summaries_topic, windows[3:])
         wait_for(lambda: "resolved" in webhook.events(), 30, "the resolved notification")
     assert not getattr(second, "errors")
     assert webhook.events() == ["opened", "resolved"]
@@ -119,17 +119,17 @@ def test_webhook_down_then_up_delivers_once_and_commits_only_after(kafka_bootstr
     webhook.down = True
     consumer = AlertConsumer(cfg)
     with running(consumer):
-        publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.patterns_topic, windows[:3])
+        publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.window_summaries_topic, windows[:3])
         wait_for(lambda: webhook.attempts >= 4, 30, "several delivery attempts")
         assert webhook.received == []
         assert consumer.stats.delivery_failures >= 4 and consumer.stats.webhook == "down"
-        for topic in (cfg.kafka.verdicts_topic, cfg.kafka.patterns_topic):
+        for topic in (cfg.kafka.verdicts_topic, cfg.kafka.window_summaries_topic):
             assert _committed_total(cfg, topic) == 0, f"{topic} committed while the webhook was down"
         webhook.down = False
         wait_for(lambda: webhook.events() == ["opened"], 20, "the delivery after the webhook came back")
         wait_for(lambda: _committed_total(cfg, cfg.kafka.verdicts_topic) == 3, 20, "the offsets committed after it")
-        wait_for(lambda: _committed_total(cfg, cfg.kafka.patterns_topic) == 3, 20, "the patterns offsets committed")
-        publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.patterns_topic, windows[3:])
+        wait_for(lambda: _committed_total(cfg, cfg.kafka.window_summaries_topic) == 3, 20, "the patterns offsets committed")
+        publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.window_summaries_topic, windows[3:])
         wait_for(lambda: "resolved" in webhook.events(), 30, "the resolved notification")
     assert not getattr(consumer, "errors")
     assert webhook.events() == ["opened", "resolved"]
@@ -151,16 +151,16 @@ def test_a_1000_level_nested_message_is_dead_lettered_and_committed_past(kafka_b
     consumer = AlertConsumer(cfg)
     with running(consumer):
         publish_raw(kafka_bootstrap, cfg.kafka.verdicts_topic, [(b"j", poison_verdict)])
-        publish_raw(kafka_bootstrap, cfg.kafka.patterns_topic, [(b"j", poison_window)])
-        publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.patterns_topic, windows[:3])
+        publish_raw(kafka_bootstrap, cfg.kafka.window_summaries_topic, [(b"j", poison_window)])
+        publish(kafka_bootstrap, cfg.kafka.verdicts_topic, cfg.kafka.window_summaries_topic, windows[:3])
         wait_for(lambda: webhook.events() == ["opened"], 30, "the incident opened from the valid verdicts")
         wait_for(lambda: _committed_total(cfg, cfg.kafka.verdicts_topic) == 4, 30, "verdicts committed past the poison")
-        wait_for(lambda: _committed_total(cfg, cfg.kafka.patterns_topic) == 4, 30, "patterns committed past the poison")
+        wait_for(lambda: _committed_total(cfg, cfg.kafka.window_summaries_topic) == 4, 30, "patterns committed past the poison")
         assert consumer.stats.invalid == 2 and consumer.stats.deadletters == 2
     assert not getattr(consumer, "errors")
     letters = kafka_consume(kafka_bootstrap, cfg.kafka.deadletter_topic, PARTITIONS, lambda m: len(m) >= 2, 20)
     docs = {d["source"]: d for d in (json.loads(m.value()) for m in letters)}
     assert "nested" in docs[cfg.kafka.verdicts_topic]["reason"]
     assert docs[cfg.kafka.verdicts_topic]["raw"].encode() == poison_verdict
-    assert "nested" in docs[cfg.kafka.patterns_topic]["reason"]
-    assert docs[cfg.kafka.patterns_topic]["raw_encoding"] == "base64"
+    assert "nested" in docs[cfg.kafka.window_summaries_topic]["reason"]
+    assert docs[cfg.kafka.window_summaries_topic]["raw_encoding"] == "base64"

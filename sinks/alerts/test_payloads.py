@@ -67,7 +67,7 @@ def test_config_from_env_and_flags() -> None:
     cfg = AlertConfig.from_env(env, fmt="slack", min_confidence=None)
     assert (cfg.webhook, cfg.components, cfg.reminder_ns, cfg.resolve_after, cfg.fmt, cfg.kafka.bootstrap) == (
         "http://h/x", ("gpu", "nic"), 0, 4, "slack", "k:9092")
-    assert cfg.topics == ["eroica.verdicts", "eroica.patterns"]
+    assert cfg.topics == ["eroica.verdicts", "eroica.window-summaries"]
     assert cfg.backoff(1) == 0.5 and cfg.backoff(20) == 30.0
     assert parse_duration_ns("30m") == 1800 * S and parse_duration_ns("250ms") == 250_000_000
     with pytest.raises(ValueError):

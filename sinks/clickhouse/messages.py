@@ -4,17 +4,19 @@ No Kafka client and no ClickHouse here, so every rule is testable with plain
 bytes. Two input kinds:
 
 - **verdicts** (``eroica.verdicts``): one contract verdict as a JSON object per
-  message (a JSON array of verdicts is accepted too);
-- **window summaries** (``eroica.patterns``): a msgpack list of
+  message (a JSON array of verdicts is accepted too), read by
+  :func:`~eroica.models.verdict.decode_verdict_message`, the one decoder of
+  verdict messages;
+- **window summaries** (``eroica.window-summaries``): a msgpack list of
   :class:`~eroica.models.summary.WindowSummary` maps.
 
 A message is valid only if every row in it is: shaping (``verdict_row`` /
 ``summary_row``) runs here, so a value ClickHouse cannot store (a negative
 time, a rank outside Int32) is rejected at the door with its reason instead of
 failing a whole INSERT later. Rejected messages become dead letters in the
-form the rest of Eroica uses (``kafka/deadletter.py``): JSON
-``{source, line, reason, raw}`` where ``source`` is the topic and ``line`` the
-offset, plus ``partition``/``offset``/``key`` for finding the original.
+one form of Eroica (``kafka/deadletter.py``, written by :mod:`eroica.kafka.loop`):
+JSON ``{source, line, reason, raw}`` where ``source`` is the topic and ``line``
+the offset, plus ``partition``/``offset``/``key`` for finding the original.
 
 :class:`PendingBatch` is the unit of work: rows waiting for one INSERT and,
 per partition, the offset to commit once that INSERT succeeded.
@@ -28,21 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from eroica.models.deadletter import MAX_DEADLETTER_BYTES, encode_with_raw
 from eroica.models.limits import MAX_VERDICT_BYTES, LimitError, check_msgpack, failure_reason
 from eroica.models.summary import WindowSummary
-from eroica.models.verdict import Verdict
-from eroica.models.verdict import decode_verdict as _decode_one
-from eroica.models.verdict import decode_verdicts as _decode_many
+from eroica.models.verdict import Verdict, decode_verdict_message
 
 from .shaping import summary_row, verdict_row
 
 __all__ = [
     "RejectedMessage", "DecodedMessage", "PendingBatch", "decode_verdicts", "decode_summaries",
-    "deadletter_value", "MAX_RAW_CHARS",
 ]
-
-MAX_RAW_CHARS = 4096  # former truncation of ``raw``; dead letters now keep the whole payload
 
 _summaries = msgspec.msgpack.Decoder(list[WindowSummary])
 _json = msgspec.json.Encoder()
@@ -61,8 +57,7 @@ def decode_verdicts(value: bytes | None) -> list[tuple[Verdict, tuple]]:
     if not value:
         raise RejectedMessage("empty message (no verdict)")
     try:  # size and depth bounded before msgspec sees the bytes (models/limits.py)
-        head = value.lstrip()[:1]
-        verdicts = _decode_many(value) if head == b"[" else [_decode_one(value)]
+        verdicts = decode_verdict_message(value)
     except Exception as exc:  # DecodeError with the reason; nothing else can escape
         raise RejectedMessage(f"invalid verdict: {_first_line(exc)}") from None
     if not verdicts:
@@ -100,26 +95,6 @@ def decode_summaries(value: bytes | None, written_at_ns: int) -> list[tuple]:
         return [summary_row(s, written_at_ns) for s in summaries]
     except Exception as exc:  # ValueError, OverflowError...: a reason, never a crash
         raise RejectedMessage(f"invalid window summary: {failure_reason(exc, 'window summary')}") from None
-
-
-def _text(data: bytes | None) -> str:
-    if data is None:
-        return ""
-    return data.decode("utf-8", errors="replace")
-
-
-def deadletter_value(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                     reason: str, max_bytes: int = MAX_DEADLETTER_BYTES) -> bytes:
-    """The dead-letter message for one rejected input message (JSON).
-
-    ``raw`` holds the whole message: as text, or base64 (``raw_encoding``) when
-    it is binary (msgpack) or not UTF-8. Past ``max_bytes`` it holds the first
-    bytes only (``raw_truncated``), and the message is found again by its
-    topic, partition and offset, checked by ``raw_bytes`` and ``raw_sha256``
-    (``models/deadletter.py``).
-    """
-    return encode_with_raw({"source": topic, "line": offset, "partition": partition, "offset": offset,
-                            "key": _text(key), "reason": reason}, value, max_bytes)
 
 
 @dataclass

@@ -9,13 +9,14 @@ from collections.abc import Callable
 
 import msgspec
 import pytest
+from eroica.kafka.deadletter import deadletter_message
+from eroica.models.deadletter import decode_deadletter
 from eroica.models.summary import WindowSummary
 from eroica.models.verdict import Verdict, encode_verdict, encode_verdicts
 from eroica.sinks.clickhouse.messages import (
     DecodedMessage,
     PendingBatch,
     RejectedMessage,
-    deadletter_value,
     decode_summaries,
     decode_verdicts,
 )
@@ -77,18 +78,30 @@ def test_summaries_keep_nan_and_carry_the_version() -> None:
 
 
 def test_deadletter_keeps_position_reason_and_the_whole_payload() -> None:
-    doc = json.loads(deadletter_value("eroica.verdicts", 3, 41, b"job-1", b"{bad" * 1000, "invalid verdict: x"))
+    doc = json.loads(deadletter_message("eroica.verdicts", 3, 41, b"job-1", b"{bad" * 1000, "invalid verdict: x"))
     assert doc["source"] == "eroica.verdicts" and doc["partition"] == 3 and doc["offset"] == doc["line"] == 41
     assert doc["key"] == "job-1" and doc["reason"] == "invalid verdict: x"
     assert doc["raw"] == "{bad" * 1000 and doc["raw_encoding"] == "text" and not doc["raw_truncated"]
     assert doc["raw_bytes"] == 4000 and doc["raw_sha256"] == hashlib.sha256(b"{bad" * 1000).hexdigest()
     # past the bound: a durable reference (topic/partition/offset, size, sha256) and the first bytes
     big = b"x" * (2 << 20)
-    ref = json.loads(deadletter_value("eroica.verdicts", 3, 42, None, big, "too big"))
+    ref = json.loads(deadletter_message("eroica.verdicts", 3, 42, None, big, "too big"))
     assert ref["raw_truncated"] and ref["raw"] == "x" * 4096 and ref["raw_bytes"] == len(big)
     assert ref["raw_sha256"] == hashlib.sha256(big).hexdigest() and (ref["partition"], ref["offset"]) == (3, 42)
-    binary = json.loads(deadletter_value("eroica.patterns", 0, 1, None, b"\xc1\xff", "r"))
+    binary = json.loads(deadletter_message("eroica.window-summaries", 0, 1, None, b"\xc1\xff", "r"))
     assert binary["raw_encoding"] == "base64" and binary["raw"] == "wf8="
+
+
+def test_one_dead_letter_reader_for_both_forms() -> None:
+    """The reader gives topic, partition and offset for today's form and for the stream workers' former one."""
+    now = decode_deadletter(deadletter_message("eroica.raw", 3, 41, b"j/0", b"\xc1\xff", "corrupt"))
+    assert (now.topic, now.partition, now.offset, now.key, now.payload()) == ("eroica.raw", 3, 41, "j/0", b"\xc1\xff")
+    old = decode_deadletter(json.dumps({"source": "eroica.summaries/3", "line": 41, "reason": "x", "raw": "abc",
+                                        "raw_encoding": "text"}).encode())
+    assert (old.source, old.topic, old.partition, old.offset, old.payload()) == ("eroica.summaries", "eroica.summaries",
+                                                                                  3, 41, b"abc")
+    line = decode_deadletter(json.dumps({"source": "eroica.ingest/0@7", "line": 2, "reason": "x"}).encode())
+    assert line.partition is None and line.topic is None and line.line == 2
 
 
 def test_pending_batch_offsets_and_due() -> None:

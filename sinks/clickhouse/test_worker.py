@@ -53,12 +53,12 @@ def test_verdicts_and_summaries_land_and_offsets_are_committed(
         # the same verdicts again (a detector restart replays them): no visible duplicate
         pos += publish(kafka_bootstrap, kafka.verdicts_topic,
                        [(v.job.encode(), encode_verdict(v)) for v in verdicts[:10]])
-        spos = publish(kafka_bootstrap, config.patterns_topic,
+        spos = publish(kafka_bootstrap, config.window_summaries_topic,
                        [(b"job-0", msgspec.msgpack.encode([_summary("job-0", r) for r in range(8)])),
                         (b"job-1", msgspec.msgpack.encode([_summary("job-1", r) for r in range(4)]))])
         wait_for(lambda: committed(kafka_bootstrap, config.group_id, kafka.verdicts_topic) == end_offsets(pos),
                  20, "verdict offsets committed")
-        wait_for(lambda: committed(kafka_bootstrap, config.group_id, config.patterns_topic) == end_offsets(spos),
+        wait_for(lambda: committed(kafka_bootstrap, config.group_id, config.window_summaries_topic) == end_offsets(spos),
                  20, "summary offsets committed")
         cfg = sink.config
         assert _count(sink, cfg.verdicts) == 30
@@ -92,17 +92,17 @@ def test_invalid_messages_go_to_the_dead_letter_topic_and_do_not_block(
         values = [encode_verdict(good[0]), bad[0], encode_verdict(good[1]), bad[1], bad[2],
                   encode_verdict(good[2]), bad[3], encode_verdict(good[3])]
         pos = publish(kafka_bootstrap, kafka.verdicts_topic, [(b"job-1", v) for v in values])
-        spos = publish(kafka_bootstrap, config.patterns_topic, [(b"job-1", b"\xc1 not msgpack")])
+        spos = publish(kafka_bootstrap, config.window_summaries_topic, [(b"job-1", b"\xc1 not msgpack")])
         wait_for(lambda: committed(kafka_bootstrap, config.group_id, kafka.verdicts_topic) == end_offsets(pos),
                  20, "offsets committed past the bad messages")
-        wait_for(lambda: committed(kafka_bootstrap, config.group_id, config.patterns_topic) == end_offsets(spos),
+        wait_for(lambda: committed(kafka_bootstrap, config.group_id, config.window_summaries_topic) == end_offsets(spos),
                  20, "summary offsets committed past the bad message")
         assert {v.verdict_id for v in sink.query_verdicts(limit=None)} == {v.verdict_id for v in good}
         assert worker.stats.deadletters == 5
     letters = kafka_consume(kafka_bootstrap, kafka.deadletter_topic, kafka.partitions, lambda m: len(m) >= 5, 20)
     docs = sorted((json.loads(m.value()) for m in letters),
-                  key=lambda d: (d["source"] != config.patterns_topic, d["offset"]))
-    assert len(docs) == 5 and docs[0]["source"] == config.patterns_topic
+                  key=lambda d: (d["source"] != config.window_summaries_topic, d["offset"]))
+    assert len(docs) == 5 and docs[0]["source"] == config.window_summaries_topic
     reasons = [d["reason"] for d in docs]
     assert "invalid window summaries" in reasons[0] and docs[0]["raw_encoding"] == "base64"
     assert "JSON is malformed" in reasons[1] and "component" in reasons[2] and "UInt64" in reasons[3]
@@ -134,16 +134,16 @@ def test_a_1000_level_nested_message_is_dead_lettered_whole_and_committed_past(
         pos = publish(kafka_bootstrap, kafka.verdicts_topic,
                       [(b"job-1", encode_verdict(good[0])), (b"job-1", poison_verdict),
                        (b"job-1", encode_verdict(good[1]))])
-        spos = publish(kafka_bootstrap, config.patterns_topic, [(b"job-1", poison_patterns)])
+        spos = publish(kafka_bootstrap, config.window_summaries_topic, [(b"job-1", poison_patterns)])
         wait_for(lambda: committed(kafka_bootstrap, config.group_id, kafka.verdicts_topic) == end_offsets(pos),
                  20, "offsets committed past the nested verdict")
-        wait_for(lambda: committed(kafka_bootstrap, config.group_id, config.patterns_topic) == end_offsets(spos),
+        wait_for(lambda: committed(kafka_bootstrap, config.group_id, config.window_summaries_topic) == end_offsets(spos),
                  20, "offsets committed past the nested patterns message")
         assert {v.verdict_id for v in sink.query_verdicts(limit=None)} == {v.verdict_id for v in good}
         assert worker.stats.deadletters == 2 and worker.stats.clickhouse == "up"
     letters = kafka_consume(kafka_bootstrap, kafka.deadletter_topic, kafka.partitions, lambda m: len(m) >= 2, 20)
     docs = {d["source"]: d for d in (json.loads(m.value()) for m in letters)}
-    v, p = docs[kafka.verdicts_topic], docs[config.patterns_topic]
+    v, p = docs[kafka.verdicts_topic], docs[config.window_summaries_topic]
     assert "nested" in v["reason"] and "over the bound" in v["reason"]
     assert v["raw"].encode() == poison_verdict and not v["raw_truncated"] and v["offset"] == pos[1][1]
     assert "nested" in p["reason"] and p["raw_encoding"] == "base64"

@@ -4,7 +4,7 @@ The loop (after Vector's ClickHouse sink, with Kafka's commit discipline) is
 the one every plain consumer shares, :mod:`eroica.kafka.loop`; this
 module is its handler (decode into rows, INSERT):
 
-1. consume ``eroica.verdicts`` and ``eroica.patterns`` in the worker's own
+1. consume ``eroica.verdicts`` and ``eroica.window-summaries`` in the worker's own
    consumer group, auto-commit off;
 2. decode and validate each message (``messages.py``, pure); a message that
    cannot become rows goes to ``eroica.deadletter`` with its reason and is
@@ -273,7 +273,7 @@ class SinkWorker:
         """(verdict rows, summary rows) of one message and their count; RejectedMessage -> dead letter."""
         value = msg.value()
         try:
-            if msg.topic() == self.config.patterns_topic:
+            if msg.topic() == self.config.window_summaries_topic:
                 summary_rows = decode_summaries(value, _version_ns(msg))
                 return ([], summary_rows), len(summary_rows)
             decoded = decode_verdicts(value)

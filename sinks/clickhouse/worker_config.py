@@ -5,7 +5,7 @@ a consume loop, pure shaping, I/O with retries). Where ClickHouse is comes from
 :class:`~eroica.sinks.clickhouse.config.ClickHouseConfig` (``EROICA_CLICKHOUSE_*``),
 where Kafka is and the shared topic names from
 :class:`~eroica.kafka.config.KafkaConfig` (``EROICA_KAFKA_*``, of
-which the worker uses BOOTSTRAP, TOPIC_VERDICTS, TOPIC_PATTERNS, TOPIC_DEADLETTER
+which the worker uses BOOTSTRAP, TOPIC_VERDICTS, TOPIC_WINDOW_SUMMARIES, TOPIC_DEADLETTER
 and PARTITIONS for the topics it creates when missing). The worker's own
 variables:
 
@@ -156,10 +156,10 @@ class SinkWorkerConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     @property
-    def patterns_topic(self) -> str:
-        return self.kafka.patterns_topic
+    def window_summaries_topic(self) -> str:
+        return self.kafka.window_summaries_topic
 
     @property
     def topics(self) -> tuple[str, str]:
         """The topics the worker consumes: verdicts and window summaries."""
-        return (self.kafka.verdicts_topic, self.kafka.patterns_topic)
+        return (self.kafka.verdicts_topic, self.kafka.window_summaries_topic)

@@ -1,4 +1,4 @@
-"""The detector of one summaries partition: digests in, verdicts out (pure: no Kafka, no faust).
+"""The detector's core, one digests partition: digests in, verdicts out (pure: no Kafka, no faust).
 
 All messages of a job are keyed by the job, so they meet on one partition and
 one detector owns the job. Per job it collects the digests of each window
@@ -36,22 +36,21 @@ from typing import Any, Callable
 import msgspec
 
 from eroica.models.digest import WindowDigest, merge_digests
-from eroica.models.reader import Invalid
 from eroica.models.records import JobRecord
 from eroica.models.verdict import encode_verdict
-from eroica.kafka.deadletter import encode_deadletter
 from eroica.streams.detection.detector import detect_step, flush_job
 from eroica.streams.detection.history import JobHistory
 from eroica.streams.detection.patterns import pattern_summaries
 from eroica.runtime import metrics
 
-from .messages import DigestMsg, EndMsg, JobMsg, MessageError, decode_message
-from .summariser import DEADLETTER, Send
+from .digest_messages import DigestMsg, EndMsg, JobMsg, MessageError, decode_message
+from .step import PATTERNS, VERDICTS, Send, Step, dead_letter
+
+__all__ = ["DetectorCore", "DetectorStats", "JobState", "SourceProgress", "encode_state", "decode_state",
+           "encode_patterns", "VERDICTS", "PATTERNS", "Step"]
 
 log = logging.getLogger(__name__)
 
-VERDICTS = "verdicts"
-PATTERNS = "patterns"
 STATE_VERSION = 1
 
 
@@ -94,23 +93,6 @@ def decode_state(data: bytes) -> JobState:
 def encode_patterns(rows: list) -> bytes:
     """The patterns-topic message: a msgpack list of WindowSummary maps."""
     return _patterns_encoder.encode(rows)
-
-
-@dataclass
-class Output:
-    """Messages to send, job states to persist, then tokens to acknowledge (in that order)."""
-
-    sends: list[Send] = field(default_factory=list)
-    persist: list[JobState] = field(default_factory=list)
-    acks: list[Any] = field(default_factory=list)
-
-    def extend(self, other: "Output") -> "Output":
-        self.sends.extend(other.sends)
-        for s in other.persist:
-            if all(p is not s for p in self.persist):
-                self.persist.append(s)
-        self.acks.extend(other.acks)
-        return self
 
 
 @dataclass
@@ -169,21 +151,20 @@ class DetectorCore:
     # -- input -----------------------------------------------------------------
 
     def on_message(self, value: bytes | None, token: Any, partition: int, now: float, offset: int = -1,
-                   source: str = "summaries") -> Output:
-        """One summaries-topic message; ``now`` is monotonic seconds (grace timing)."""
+                   source: str = "digests", key: bytes | None = None) -> Step:
+        """One digests-topic message (``source``: the topic's name); ``now`` is monotonic seconds (grace timing)."""
         try:
             if value is None:
                 raise MessageError("empty message (no value)")
             msg = decode_message(value)
         except MessageError as exc:
             self.stats.corrupt += 1
-            bad = Invalid(f"{source}/{partition}", offset, str(exc), bytes(value or b""))
-            return Output([Send(DEADLETTER, bad.source.encode(), encode_deadletter(bad))], acks=[token])
+            return dead_letter(source, partition, offset, key, value, str(exc), token)
         js = self._job(msg.job, partition)
         st = js.state
         if isinstance(msg, DigestMsg):
             return self._on_digest(js, msg, token, now)
-        out = Output(persist=[st], acks=[token])
+        out = Step(persist=[st], acks=[token])
         if isinstance(msg, JobMsg):
             self.stats.job_records += 1
             st.meta = msg.record
@@ -195,9 +176,9 @@ class DetectorCore:
                     st.job_keys = msg.job_keys
         return out.extend(self._run(js, now))
 
-    def due(self, now: float) -> Output:
+    def due(self, now: float) -> Step:
         """Windows whose grace period has passed (call a few times a second)."""
-        out = Output()
+        out = Step()
         for js in list(self.jobs.values()):
             if js.pending:
                 out.extend(self._run(js, now))
@@ -222,7 +203,7 @@ class DetectorCore:
             sp.keys = sorted(set(sp.keys) | set(keys))
         sp.closed_through_ns = max(sp.closed_through_ns, closed_through_ns)
 
-    def _on_digest(self, js: _Job, msg: DigestMsg, token: Any, now: float) -> Output:
+    def _on_digest(self, js: _Job, msg: DigestMsg, token: Any, now: float) -> Step:
         st = js.state
         self.stats.digests += 1
         self._progress(st, msg.source, msg.keys, msg.closed_through_ns)
@@ -233,7 +214,7 @@ class DetectorCore:
                 log.warning("job %s: digest of window %d from %s arrived after window %d was analysed: "
                             "dropped (%d so far)", msg.job, msg.start_ns, msg.source, st.done_through_ns,
                             st.late_windows)
-            return Output(acks=[token])
+            return Step(acks=[token])
         p = js.pending.get(msg.start_ns)
         if p is None:
             p = js.pending[msg.start_ns] = _Pending(msg.start_ns, msg.end_ns, now)
@@ -267,8 +248,8 @@ class DetectorCore:
                 covered.update(sp.keys)
         return expected <= covered
 
-    def _run(self, js: _Job, now: float) -> Output:
-        out = Output()
+    def _run(self, js: _Job, now: float) -> Step:
+        out = Step()
         st = js.state
         while js.pending:
             start = min(js.pending)

@@ -1,7 +1,7 @@
-"""Messages on the summaries topic: summariser -> detector (pure; no Kafka here).
+"""Messages on the digests topic (``eroica.digests``): summariser -> detector (pure; no Kafka here).
 
 Every message is keyed by job, so all of a job's messages meet, in order per
-summariser, on one partition of the summaries topic. One msgpack map per
+summariser, on one partition of the digests topic. One msgpack map per
 message, tagged by ``type``:
 
 ``digest``   a :class:`~eroica.models.digest.WindowDigest` of the ranks/nodes one raw

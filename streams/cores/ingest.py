@@ -23,9 +23,9 @@ from eroica.models.reader import parse_lines
 from eroica.kafka.deadletter import encode_deadletter
 from eroica.kafka.framing import DEFAULT_FRAME_RECORDS, split_frames
 
-from .summariser import DEADLETTER, Send
+from .step import DEADLETTER, RAW, Send
 
-RAW = "raw"
+__all__ = ["ingest_message", "RAW"]
 
 
 def _numbered(data: bytes) -> Iterator[tuple[int, bytes]]:

@@ -1,8 +1,8 @@
-"""The summariser of one raw partition: frames in, window digests out (pure: no Kafka, no clock).
+"""The summariser's core, one raw partition: frames in, window digests out (pure: no Kafka, no faust, no clock).
 
-The faust agent (``workers.py``) owns one :class:`PartitionSummariser` per
+The faust agent (``streams/faust/workers.py``) owns one :class:`PartitionSummariser` per
 assigned partition of the raw topic and hands it each message with an opaque
-*token* (the faust event). Every call returns a :class:`Step`: messages to send
+*token* (the faust event). Every call returns a :class:`~.step.Step`: messages to send
 and the tokens that may be acknowledged **once those messages are delivered**.
 A frame's token is held until every window its records reach has been sent
 as a digest, so the consumer's committed offset never passes a record whose
@@ -37,7 +37,7 @@ partition.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,40 +52,18 @@ from eroica.models.frames import (
     decode_job,
     frame_kind,
 )
-from eroica.models.reader import Invalid
-from eroica.kafka.deadletter import encode_deadletter
 from eroica.kafka.framing import frame_key
 from eroica.streams.detection.summarise import digest_window
 from eroica.streams.detection.windows import JobWindow, WindowAssembler
 from eroica.runtime import metrics
 
-from .messages import DigestMsg, EndMsg, JobMsg, ProgressMsg, encode_message
+from .digest_messages import DigestMsg, EndMsg, JobMsg, ProgressMsg, encode_message
+from .step import DEADLETTER, SUMMARIES, Send, Step, dead_letter
 
-SUMMARIES = "summaries"
-DEADLETTER = "deadletter"
+__all__ = ["PartitionSummariser", "JobClock", "InputDrain", "SummariserStats", "RECOVERY_GRACE_S",
+           "SUMMARIES", "DEADLETTER", "Send", "Step"]
+
 _NO_MARK = np.iinfo(np.int64).min
-
-
-@dataclass
-class Send:
-    """One message to produce: ``topic`` is a role (SUMMARIES, DEADLETTER, ...), not a name."""
-
-    topic: str
-    key: bytes
-    value: bytes
-
-
-@dataclass
-class Step:
-    """What one call produced: messages to send, then tokens to acknowledge once they are delivered."""
-
-    sends: list[Send] = field(default_factory=list)
-    acks: list[Any] = field(default_factory=list)
-
-    def extend(self, other: "Step") -> "Step":
-        self.sends.extend(other.sends)
-        self.acks.extend(other.acks)
-        return self
 
 
 @dataclass
@@ -302,11 +280,11 @@ class PartitionSummariser:
                    offset: int = -1) -> Step:
         """One raw-topic message (``now``: wall-clock seconds, for the hold and idle closing)."""
         if value is None:
-            return self._dead(b"", offset, "empty message (no value)", token)
+            return self._dead(key, b"", offset, "empty message (no value)", token)
         try:
             kind = frame_kind(value)
         except FrameError as exc:
-            return self._dead(value, offset, str(exc), token)
+            return self._dead(key, value, offset, str(exc), token)
         k = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
         try:
             if kind == COLUMNS:
@@ -315,7 +293,7 @@ class PartitionSummariser:
                 return self._on_end(k, value, token, now)
             return self._on_job(value, token)
         except FrameError as exc:
-            return self._dead(value, offset, str(exc), token)
+            return self._dead(key, value, offset, str(exc), token)
 
     def tick(self, now: float, idle_s: float | None = None) -> Step:
         """Closes whose hold has passed, and (``idle_s``) every window of jobs silent that long."""
@@ -356,7 +334,7 @@ class PartitionSummariser:
         codes = cols.arrays["job"]
         c0 = int(codes[0])
         if n > 1 and (int(codes.min()) != c0 or int(codes.max()) != c0):
-            return self._dead(value, offset, "frame mixes records of several jobs (one key per frame)", token)
+            return self._dead(key, value, offset, "frame mixes records of several jobs (one key per frame)", token)
         job = cols.vocab["job"][c0]
         if key is None:
             if "rank" in cols.arrays:
@@ -476,8 +454,10 @@ class PartitionSummariser:
         step.acks.extend(js.take_held(js.closed_through))
         return step
 
-    def _dead(self, value: bytes, offset: int, reason: str, token: Any) -> Step:
+    def _dead(self, key: bytes | str | None, value: bytes, offset: int, reason: str, token: Any) -> Step:
         self.stats.corrupt += 1
         metrics.invalid("summariser", reason)
-        invalid = Invalid(self.source, offset, reason, bytes(value))  # whole: encode_deadletter bounds it
-        return Step([Send(DEADLETTER, self.source.encode(), encode_deadletter(invalid))], [token])
+        topic, _, part = self.source.rpartition("/")  # ``source`` is ``topic/partition``
+        if not topic or not part.isdigit():
+            topic, part = self.source, "-1"
+        return dead_letter(topic, int(part), offset, key, value, reason, token)  # whole: the encoder bounds it

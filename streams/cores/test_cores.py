@@ -26,7 +26,7 @@ from eroica.kafka.framing import FrameAccumulator
 from eroica.producers.replay import MAX_LAG_NS, _time_ordered
 from eroica.streams.detection import analyze
 from eroica.streams.detection.history import JobHistory
-from eroica.streams.faust.detector import (
+from eroica.streams.cores.detector_core import (
     PATTERNS,
     VERDICTS,
     DetectorCore,
@@ -34,11 +34,11 @@ from eroica.streams.faust.detector import (
     decode_state,
     encode_state,
 )
-from eroica.streams.faust.ingest import RAW, ingest_message
-from eroica.streams.faust.messages import DigestMsg, MessageError, decode_message, encode_message
+from eroica.streams.cores.ingest import RAW, ingest_message
+from eroica.streams.cores.digest_messages import DigestMsg, MessageError, decode_message, encode_message
 from eroica.streams.faust.settings import WorkerSettings
-from eroica.streams.faust.summariser import (DEADLETTER, RECOVERY_GRACE_S, SUMMARIES, InputDrain, JobClock,
-                                             PartitionSummariser)
+from eroica.streams.cores.summariser_core import (DEADLETTER, RECOVERY_GRACE_S, SUMMARIES, InputDrain, JobClock,
+                                                  PartitionSummariser)
 
 W = 30 * 10**9
 
@@ -269,7 +269,9 @@ def test_corrupt_frames_are_dead_lettered_and_the_partition_goes_on(tmp_path: Pa
     reasons = " ".join(d["reason"] for d in pipe.deadletters)
     assert "not an Eroica frame" in reasons and "corrupt columns frame" in reasons
     assert "unsupported frame format version" in reasons
-    assert all(d["source"] == "raw/0" and d["line"] >= 0 for d in pipe.deadletters)
+    # the one dead-letter form of a consumed message (kafka/deadletter.py): topic, partition, offset, key
+    assert all(d["source"] == "raw" and d["partition"] == 0 and d["line"] == d["offset"] >= 0 and d["key"] == "sim-1/0"
+               for d in pipe.deadletters)
 
 
 def test_detector_dead_letters_foreign_messages() -> None:
@@ -277,7 +279,8 @@ def test_detector_dead_letters_foreign_messages() -> None:
     out = det.on_message(b"\x93\x01\x02\x03", "tok", 3, 0.0, offset=7, source="s")
     assert out.acks == ["tok"] and len(out.sends) == 1 and out.sends[0].topic == "deadletter"
     doc = msgspec.json.decode(out.sends[0].value)
-    assert doc["source"] == "s/3" and doc["line"] == 7 and "not a summaries message" in doc["reason"]
+    assert (doc["source"], doc["partition"], doc["line"], doc["offset"]) == ("s", 3, 7, 7)
+    assert "not a summaries message" in doc["reason"]
     with pytest.raises(MessageError):
         decode_message(b"")
 

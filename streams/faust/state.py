@@ -74,7 +74,7 @@ import time
 import uuid
 from typing import Any, Iterable
 
-from .detector import JobState, decode_state, encode_state
+from eroica.streams.cores.detector_core import JobState, decode_state, encode_state
 
 log = logging.getLogger(__name__)
 

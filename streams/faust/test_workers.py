@@ -132,7 +132,7 @@ def test_replay_and_ingest_give_the_verdicts_of_analyze(tmp_path, stack, kafka_c
     assert any(d["source"].startswith(config.ingest_topic) and "missing required field" in d["reason"]
                for d in dead), dead
 
-    patterns = kafka_consume(config.bootstrap, config.patterns_topic, config.partitions,
+    patterns = kafka_consume(config.bootstrap, config.window_summaries_topic, config.partitions,
                              lambda out: len(out) >= 2, timeout_s=10)
     assert patterns, "window summaries reach the patterns topic"
     stats = s.sum.stats()

@@ -29,14 +29,15 @@ from eroica.kafka.client import faust_broker_kwargs
 from eroica.kafka.config import KafkaConfig
 from eroica.kafka.deadletter import encode_deadletter
 from eroica.runtime import metrics
+from eroica.streams.cores.detector_core import PATTERNS, VERDICTS, DetectorCore
+from eroica.streams.cores.ingest import RAW, ingest_message
+from eroica.streams.cores.step import Step as Output  # one type since issue 14; the old name kept here only
+from eroica.streams.cores.summariser_core import (DEADLETTER, SUMMARIES, InputDrain, JobClock, PartitionSummariser,
+                                                  Send, Step, SummariserStats)
 
 from . import faustfix
-from .detector import PATTERNS, VERDICTS, DetectorCore, Output
-from .ingest import RAW, ingest_message
 from .settings import ROLES, WorkerSettings
 from .state import StateStore, broker_kind, make_store, resolve_store, store_topics
-from .summariser import (DEADLETTER, SUMMARIES, InputDrain, JobClock, PartitionSummariser, Send, Step,
-                         SummariserStats)
 
 log = logging.getLogger("eroica.streams.faust")
 

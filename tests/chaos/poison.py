@@ -14,7 +14,7 @@ def poison_case(stack: ChaosStack, job: Job, broker: str) -> None:
     poisoned topic must show up as the source of dead letters (keys and reasons kept).
     """
     k = stack.kafka_config()
-    topics = [k.raw_topic, k.ingest_topic, k.summaries_topic, k.verdicts_topic, k.patterns_topic]
+    topics = [k.raw_topic, k.ingest_topic, k.digests_topic, k.verdicts_topic, k.window_summaries_topic]
     t0 = time.monotonic()
     publish_poison(k.bootstrap, topics)
     replay_with(stack, job, [(1.0, lambda: publish_poison(k.bootstrap, topics))])

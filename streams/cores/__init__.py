@@ -1,0 +1,12 @@
+"""The stream workers' pure cores (no faust, no Kafka client, no clock): what the faust glue in ``streams/faust`` runs.
+
+- ``summariser_core.py``: one raw partition's frames -> window digests
+  (:class:`~.summariser_core.PartitionSummariser`: watermarks, holds, idle closing);
+- ``detector_core.py``: one digests partition -> job windows -> verdicts and window
+  summaries (:class:`~.detector_core.DetectorCore`, the persisted :class:`~.detector_core.JobState`);
+- ``ingest.py``: contract JSON Lines from outside collectors -> frames and dead letters;
+- ``digest_messages.py``: the messages of the digests topic (summariser or edge node -> detector);
+- ``step.py``: what each call returns (:class:`~.step.Step`: sends, job states to persist, acks).
+
+The detection itself is ``streams/detection`` (``digest_window``, ``detect_step``).
+"""
