@@ -21,10 +21,12 @@ from pathlib import Path
 import pytest
 
 from chaos.harness import ChaosStack, require_chdb, blocked_clickhouse, check_job, make_jobs, replay_with
+from chaos.attacks import attack_case
 from chaos.poison import poison_case
 
 BROKER = "kafka-1"
-JOBS = ["kill-summariser", "kill-detector", "kill-sink", "kill-broker", "clickhouse-down", "poison-kafka-1"]
+JOBS = ["kill-summariser", "kill-detector", "kill-sink", "kill-broker", "clickhouse-down", "poison-kafka-1",
+        "attacks-kafka-1"]
 CLICKHOUSE_DOWN_S = float(os.environ.get("EROICA_CHAOS_CLICKHOUSE_DOWN_S", "60"))
 
 
@@ -74,3 +76,7 @@ def test_clickhouse_down_mid_stream(stack: ChaosStack) -> None:
 
 def test_poison_on_every_topic(stack: ChaosStack) -> None:
     poison_case(stack, stack.jobs["poison-kafka-1"], BROKER)  # type: ignore[attr-defined]
+
+
+def test_attacks_on_the_query_surface_mid_stream(stack: ChaosStack) -> None:
+    attack_case(stack, stack.jobs["attacks-kafka-1"], BROKER)  # type: ignore[attr-defined]

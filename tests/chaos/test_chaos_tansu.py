@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from chaos.harness import ChaosStack, kill_each_service_case, make_jobs, require_chdb
+from chaos.attacks import attack_case
 from chaos.poison import poison_case
 
 BROKER = "tansu"
@@ -22,7 +23,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     require_chdb()
     base = tmp_path_factory.mktemp("chaos-tansu")
     s = ChaosStack(base / "stack", broker="tansu")
-    s.jobs = make_jobs(base, ["tansu-kill-all", "poison-tansu"])  # type: ignore[attr-defined]
+    s.jobs = make_jobs(base, ["tansu-kill-all", "poison-tansu", "attacks-tansu"])  # type: ignore[attr-defined]
     s.start()
     try:
         yield s
@@ -36,3 +37,7 @@ def test_each_worker_and_the_sink_sigkilled_mid_stream(stack: ChaosStack) -> Non
 
 def test_poison_on_every_topic(stack: ChaosStack) -> None:
     poison_case(stack, stack.jobs["poison-tansu"], BROKER)  # type: ignore[attr-defined]
+
+
+def test_attacks_on_the_query_surface_mid_stream(stack: ChaosStack) -> None:
+    attack_case(stack, stack.jobs["attacks-tansu"], BROKER)  # type: ignore[attr-defined]
