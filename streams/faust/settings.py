@@ -27,11 +27,11 @@ EROICA_SHUTDOWN_TIMEOUT_S         10                    after SIGTERM/SIGINT the
 EROICA_LOG_LEVEL                  info                  faust/worker log level (debug, info, warn, error)
 EROICA_INGEST                     1                     the summariser worker also runs the ingest agent
 EROICA_STATS_INTERVAL_S           30                    period of the counters line in the log (0: never)
-EROICA_STATE_STORE                topic                 the detector's job states: ``topic`` (a plain topic
-                                                        read back to a marker), ``table`` (a faust Table with
-                                                        its changelog; not on tansu), ``auto``: topic on
-                                                        tansu, table elsewhere (``state.py``: why topic is
-                                                        still the default on Apache Kafka)
+EROICA_STATE_STORE                auto                  the detector's job states: ``auto``: a faust Table
+                                                        on Apache Kafka (any broker but tansu), the plain
+                                                        topic on tansu; ``table`` (a faust Table with its
+                                                        changelog; not on tansu) or ``topic`` (a plain topic
+                                                        read back to a marker) force one (``state.py``)
 ================================  ====================  =====================================================
 """
 
@@ -77,7 +77,7 @@ class WorkerSettings:
     log_level: str = "info"
     ingest: bool = True
     stats_interval_s: float = 30.0
-    state_store: str = "topic"
+    state_store: str = "auto"
 
     def __post_init__(self) -> None:
         if self.window_s < 1.0:

@@ -1,9 +1,9 @@
 """The detector's durable job states: one interface, two backends (a faust Table, a plain topic).
 
 What must survive a restart or a rebalance is each job's
-:class:`~eroica.streams.faust.detector.JobState` (history, last window done,
+:class:`~eroica.streams.cores.detector_core.JobState` (history, last window done,
 job record, sources' progress, end markers). The detector hands this module
-the states a step changed (:attr:`~eroica.streams.faust.detector.Output.persist`:
+the states a step changed (:attr:`~eroica.streams.cores.step.Step.persist`:
 when a window is analysed, a job record, progress or end notice arrives, never
 per frame or per digest) and acknowledges the step's input only once
 :meth:`StateStore.save` returns, i.e. once the broker has the new states. When
@@ -12,7 +12,7 @@ its first message is processed (:meth:`StateStore.load`). Keys are job names;
 a state lives on the partition of its job's summaries partition, so whoever
 owns that partition owns its states.
 
-Backends (``EROICA_STATE_STORE``: ``topic``, the default, ``table`` or ``auto``):
+Backends (``EROICA_STATE_STORE``: ``auto``, the default, ``table`` or ``topic``):
 
 - :class:`TableStore` (Apache Kafka, and any broker that is not tansu): a faust
   ``app.Table`` (:data:`TABLE_NAME`, in-memory store) with its compacted
@@ -33,37 +33,37 @@ Backends (``EROICA_STATE_STORE``: ``topic``, the default, ``table`` or ``auto``)
   the changelog reads. The compacted changelog holds about one record per
   job, so a full recovery reads little (measured in
   ``tests/chaos/test_chaos_tables.py``).
-- :class:`TopicStore` (tansu): a plain topic ``<app id>.state`` read back up to
-  a marker. On tansu 0.6.0 faust's table recovery lost entries: it reads a
-  changelog up to the high watermark that ListOffsets reports, which tansu
-  gets wrong for batches of several records, and recovery interleaved with
-  stream processing (see ``../shared/spec/streaming-notes.md``). The loader
+- :class:`TopicStore` (tansu only): a plain topic ``<app id>.state`` read back up to
+  a marker. It remains for tansu, where a faust Table cannot work. On tansu
+  0.6.0 faust's table recovery lost entries: it reads a changelog up to the
+  high watermark that ListOffsets reports, which tansu gets wrong for batches
+  of several records, and recovery interleaved with stream processing (see
+  ``../shared/spec/streaming-notes.md``). The loader
   therefore appends a marker message of its own and reads from the beginning
   until it reaches the marker's offset (known from the produce
   acknowledgement), never trusting end offsets. tansu's memory storage keeps
   everything (one small message per job window).
 
 ``auto`` asks the broker for its cluster id (DescribeCluster): tansu answers
-``tansu_cluster`` and gets the topic; any other broker gets the table.
+``tansu_cluster`` and gets the topic; any other broker gets the table. On
+Apache Kafka the state topic is no longer used or created (``EROICA_STATE_STORE=topic``
+still forces it there, for comparisons only).
 
-**Why the topic is still the default on Apache Kafka** (probe, 2026-11-23,
-Apache Kafka 4.1.1 one node, faust-streaming 0.15.3, aiokafka 0.14.0;
-``tests/chaos/test_chaos_tables.py`` and a loop of the same restart): the
-table's recovery itself works (the restarted detector loads the job's state
-from the changelog, 1 state in < 0.01 s, and the 2 + 2 workers case stores
-10/10 verdicts, none missing, extra or doubled, 9.8 s), but after a
-SIGKILLed detector restarts, its stream stalls in about one restart in three
-(5 of 15: it reads one summaries message, or none, then nothing until the
-next rebalance; or it processes everything but its committed offset stays
-behind; either way nothing is lost, only late). With the topic backend the
-same restart never stalled (0 of 6). The likely cause, read from faust's code
-and not yet proven: with a changelog to read, the fetcher runs while ``Recovery._resume_streams`` resumes the stream
-partitions and only then seeks them to the committed offsets, and
-``Consumer._drain_messages`` drops every fetched message below its read
-offset; messages fetched around that seek never reach the agent. Our held
-acknowledgements keep them uncommitted (faust would otherwise commit past
-them), but nothing fetches them again until the next rebalance. Until that
-faust race is fixed (or worked around), ``table`` is opt-in.
+**The table on Apache Kafka** (Apache Kafka 4.1.1 one node, faust-streaming
+0.15.3, aiokafka 0.14.0; 2026-11-23): its recovery loads the job's state from
+the changelog (1 state in < 0.01 s). A first probe found a restarted
+detector's stream stalling in 5 of 15 SIGKILL restarts (0 of 6 with the
+topic). The cause was faust's ``Recovery.on_recovery_completed``: it seeks the
+stream partitions to their committed offsets while the consumer's flow still
+runs, then clears the stream queues, dropping records the fetcher had drained
+during the seek (or delivering one twice when the seek landed after the
+drain). ``faustfix.py`` patch 4 (``recovery``) stops the flow first; the
+evidence and the loop counts are in its docstring. With it, 44 of 44
+restarts in a loop stored exactly the expected verdict ids (none stalled),
+and every chaos case on Kafka passes with the table, 10/10 verdicts, none
+missing, extra or doubled (``tests/chaos/test_chaos_tables.py``: restart
+11.8 s, 2 + 2 workers 10.6 s; ``test_chaos_kafka.py``: 6 cases;
+``test_chaos_cluster.py``: 2 cases on 3 nodes).
 """
 
 from __future__ import annotations
