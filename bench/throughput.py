@@ -81,7 +81,7 @@ from eroica.producers.replay import MAX_LAG_NS
 from eroica.producers.simulator import SimConfig, write_jsonl
 from eroica.streams.detection import DEFAULT_WINDOW_S, analyze_windows
 from eroica.streams.detection.detector import detect_step, flush_job
-from eroica.streams.detection.patterns import pattern_summaries
+from eroica.streams.detection.window_summaries import window_summaries
 from eroica.streams.detection.summarise import digest_window
 from eroica.streams.detection.windows import WindowAssembler
 
@@ -462,7 +462,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
         # -- sink -----------------------------------------------------------------------------
         summary_msgs = []
         for d in digests:
-            rows = pattern_summaries(d) if d.ranks.rank else []
+            rows = window_summaries(d) if d.ranks.rank else []
             for lo in range(0, len(rows), 2000):
                 summary_msgs.append(msgspec.msgpack.encode(rows[lo:lo + 2000]))
         verdict_msgs = [msgspec.json.encode(v) for v in verdicts]

@@ -15,26 +15,14 @@ kind, its critical-path share and its slowdown, as stored. Keeping one type
 for both would put storage fields into the wire digest, or step parts into
 the table.
 
-``slowdown_vs_peers`` and a verdict's ``slowdown`` are **different
-quantities** (both computed in ``streams/detection``, which this module does
-not own; see the README's *Window summaries*):
-
-- ``slowdown_vs_peers`` (``patterns.pattern_summaries``): the cell's per-step
-  cost over the **median of every rank of the job** for that function,
-  **including the rank itself**, over one **time window**; NaN where the
-  median is 0 or undefined. A descriptive heat-map value for every cell.
-- ``Verdict.slowdown`` (rank scope, ``detector.analyse_job_window``): the sum
-  over the culprit's **abnormal functions** of its per-step cost, over the
-  sum of their **leave-one-out medians among the ranks of its role** (its
-  pipeline stage, or its tensor-parallel position for kernels), over a **job
-  window** of whole steps, floored at 0.1% of a step per function. It is the
-  peer test's own measure, for abnormal cells only.
-
-So for a culprit the stored value reads lower (its own cost is inside the
-median, and other roles' ranks dilute it) and per function, and may cover a
-different span. Making them equal needs the job's roles in
-``pattern_summaries``: a change of ``streams/detection`` behaviour, left to
-its owner (issue 14).
+``slowdown_vs_peers`` (``streams/detection/window_summaries.py``) is the
+peer test's own measure per function: the cell's per-step cost over the
+**leave-one-out median of the other ranks of its role** (pipeline stage,
+tensor-parallel position or role label), as a verdict's ``slowdown`` is for
+the functions it names. What still differs (README, *Window summaries*): the
+span (one time window here, a job window of whole steps for a verdict) and
+the sum (a verdict adds the culprit's abnormal functions, each floored at
+0.1% of a step); NaN where the median is 0 or there is no other rank.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The same steps as ``eroica analyze`` (:func:`eroica.streams.detection.analyze`:
 a :class:`WindowAssembler` on event time, :func:`digest_window` per complete
 window, :func:`detect_step` with the job's history) plus, per window, what the
 streaming detector publishes beside its verdicts: the window summaries
-(:func:`pattern_summaries`, the rows of the ``summaries`` table). So a report
+(:func:`window_summaries`, the rows of the ``summaries`` table). So a report
 from files and a report from ClickHouse show the same numbers, and tests can
 publish exactly what the detector would.
 """
@@ -19,7 +19,7 @@ from eroica.models.reader import Batch
 from eroica.models.summary import WindowSummary
 from eroica.models.verdict import Verdict
 from eroica.streams.detection import analyze_windows
-from eroica.streams.detection.patterns import pattern_summaries
+from eroica.streams.detection.window_summaries import window_summaries
 
 __all__ = ["WindowResult", "run_core"]
 
@@ -49,4 +49,4 @@ def run_core(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,
              lateness_ns: int | None = None) -> Iterator[WindowResult]:
     """Every complete window of every job, in completion order (see ``analyze`` for ``lateness_ns``)."""
     for digest, verdicts in analyze_windows(batches, window_ns, detected_at_ns, lateness_ns):
-        yield WindowResult(digest, verdicts, pattern_summaries(digest) if digest.ranks.rank else [])
+        yield WindowResult(digest, verdicts, window_summaries(digest) if digest.ranks.rank else [])

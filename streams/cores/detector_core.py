@@ -40,7 +40,7 @@ from eroica.models.records import JobRecord
 from eroica.models.verdict import encode_verdict
 from eroica.streams.detection.detector import detect_step, flush_job
 from eroica.streams.detection.history import JobHistory
-from eroica.streams.detection.patterns import pattern_summaries
+from eroica.streams.detection.window_summaries import window_summaries
 from eroica.runtime import metrics
 
 from .digest_messages import DigestMsg, EndMsg, JobMsg, MessageError, decode_message
@@ -302,7 +302,7 @@ class DetectorCore:
             return []
         merged = merge_digests(parts)
         verdicts, st.history = detect_step(merged, st.meta, st.history, detected_at_ns=self.wall_ns())
-        rows = pattern_summaries(merged)
+        rows = window_summaries(merged, st.meta)
         self.stats.windows += 1
         metrics.window_closed("detector")
         metrics.detection_delay("detector", (self.wall_ns() - merged.end_ns) / 1e9)

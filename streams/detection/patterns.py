@@ -14,8 +14,6 @@ import numpy as np
 
 from eroica.models.columns import KIND_CODE, Columns
 from eroica.models.digest import INTERIOR, FnRows, InFlightRows, RankRows, WindowDigest
-from eroica.models.records import FN_KINDS
-from eroica.models.summary import WindowSummary
 
 from .grouping import (dense_ids, group_count, group_max, group_min, group_quantiles, group_sum,
                        group_weighted_median)
@@ -262,26 +260,3 @@ def build_patterns(d: WindowDigest) -> Patterns:
         beta=excl / np.where(busy > 0, busy, float(window_ns))[:, None], steps=steps, step_time_ns=step_time, window_ns=window_ns,
         sporadic=sporadic,
     )
-
-
-def pattern_summaries(d: WindowDigest, p: Patterns | None = None) -> list[WindowSummary]:
-    """Rows for the ``summaries`` table: each (rank, function) with its slowdown against the other ranks."""
-    p = p if p is not None else build_patterns(d)
-    if not p.ranks.size:
-        return []
-    node = dict(zip(d.ranks.rank, d.ranks.node))
-    cost = p.per_step_ns
-    with np.errstate(all="ignore"):
-        med = np.nanmedian(np.where(np.isfinite(cost), cost, np.nan), axis=0) if cost.size else np.empty(0)
-        slow = cost / med
-    rows: list[WindowSummary] = []
-    r_idx, f_idx = np.nonzero(p.count > 0)
-    for r, f in zip(r_idx.tolist(), f_idx.tolist()):
-        rows.append(WindowSummary(
-            job=d.job, window_start_ns=d.start_ns, window_end_ns=d.end_ns, rank=int(p.ranks[r]),
-            node=node.get(int(p.ranks[r]), ""), fn=p.fn_names[f], kind=FN_KINDS[int(p.fn_kinds[f])],
-            count=int(p.count[r, f]), median_ns=float(p.median_ns[r, f]), p90_ns=float(p.p90_ns[r, f]),
-            p99_ns=float(p.p99_ns[r, f]), total_ns=float(p.total_ns[r, f]), beta=float(p.beta[r, f]),
-            slowdown_vs_peers=float(slow[r, f]) if np.isfinite(slow[r, f]) else float("nan"),
-        ))
-    return rows
