@@ -97,6 +97,9 @@ def _encode_strings(values: Sequence[str | None]) -> tuple[np.ndarray, list[str]
     both in C: no Python bytecode per value.
     """
     table = dict.fromkeys(values)
+    if len(table) == 1:  # one value (a batch of one job, a field nobody sent): every code is 0
+        only = next(iter(table))
+        return np.zeros(len(values), dtype=np.int32), ["" if only is None else only]
     if None in table:
         keys = list(table)
         at = keys.index(None)

@@ -13,6 +13,7 @@ Encoded with msgpack (maps keyed by ints are allowed there, NaN survives).
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Sequence, TypeVar
 
 import msgspec
@@ -114,7 +115,7 @@ _Rows = TypeVar("_Rows", bound=msgspec.Struct)
 def concat_rows(parts: Sequence[_Rows]) -> _Rows:
     """Rows of the same kind side by side (ranks of partitions, or time windows of one job)."""
     cls = type(parts[0])
-    return cls(**{f: [x for p in parts for x in getattr(p, f)] for f in cls.__struct_fields__})
+    return cls(**{f: list(chain.from_iterable([getattr(p, f) for p in parts])) for f in cls.__struct_fields__})
 
 
 def merge_digests(digests: Sequence[WindowDigest]) -> WindowDigest:

@@ -101,8 +101,8 @@ def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, st
     step = np.asarray(c.step, dtype=np.int64)
     dur = np.asarray(c.dur_ns, dtype=np.float64)
     nbytes = np.asarray(c.bytes, dtype=np.float64)
-    names: dict[str, int] = {}
-    grp = np.fromiter((names.setdefault(g, len(names)) for g in c.group), dtype=np.int64, count=len(c.group))
+    names = {g: i for i, g in enumerate(dict.fromkeys(c.group))}  # in order of first appearance
+    grp = np.fromiter(map(names.__getitem__, c.group), dtype=np.int64, count=len(c.group))
     named = np.array([bool(g) for g in names], dtype=bool)[grp]
     p2p = np.asarray(c.p2p, dtype=bool) if len(c.p2p) == len(c.rank) else np.zeros(len(c.rank), dtype=bool)
     ops = np.asarray(c.op, dtype=np.int64) if len(c.op) == len(c.rank) else np.full(len(c.rank), -1)

@@ -42,7 +42,22 @@ def _medians(ids: np.ndarray, n: int, cols: Columns, names: tuple[str, ...]) -> 
     return out
 
 
-def _increase(ids: np.ndarray, n: int, v: np.ndarray, ts: np.ndarray) -> np.ndarray:
+def _time_order(ids: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
+    """``np.lexsort((ts, ids))``, shared by an entity's counters; None if an entity has two samples at one time.
+
+    Without such ties it is the order :func:`_increase` sorts every counter's
+    samples in (its tie-break by value never applies), restricted to the
+    samples the counter has.
+    """
+    order = np.lexsort((ts, ids))
+    si, st = ids[order], ts[order]
+    if si.size > 1 and bool(((si[1:] == si[:-1]) & (st[1:] == st[:-1])).any()):
+        return None
+    return order
+
+
+def _increase(ids: np.ndarray, n: int, v: np.ndarray, ts: np.ndarray,
+              time_order: np.ndarray | None = None) -> np.ndarray:
     """Increase of a cumulative counter per entity over the window, across resets.
 
     Samples are taken in time order; a sample below its predecessor means the
@@ -54,9 +69,13 @@ def _increase(ids: np.ndarray, n: int, v: np.ndarray, ts: np.ndarray) -> np.ndar
     ok = ~np.isnan(v)
     if not ok.any():
         return np.full(n, np.nan)
-    i, x = ids[ok], v[ok]
-    order = np.lexsort((x, ts[ok], i))  # equal timestamps: by value, so record order never matters
-    i, x = i[order], x[order]
+    if time_order is not None:  # (entity, time) is unique: the same order as the lexsort below
+        sel = time_order[ok[time_order]]
+        i, x = ids[sel], v[sel]
+    else:
+        i, x = ids[ok], v[ok]
+        order = np.lexsort((x, ts[ok], i))  # equal timestamps: by value, so record order never matters
+        i, x = i[order], x[order]
     same = i[1:] == i[:-1]
     d = np.diff(x)
     step = np.where(d >= 0, d, x[1:])
@@ -91,17 +110,16 @@ def summarise_gpu(gpu: Columns) -> tuple[dict[int, dict[str, float]], dict[int, 
     xid = group_max(ids, np.nan_to_num(a["xid"]), n)
     out: dict[int, dict[str, float]] = {}
     index: dict[int, int] = {}
-    for i in range(n):
-        rank = int(a["rank"][first[i]])
-        m = {k: float(v[i]) for k, v in med.items()}
-        m["throttle_share"] = float(thr_share[i])
-        m["ecc_increase"] = float(ecc[i])
-        m["nvlink_mean_Bps"] = float(nv_mean[i])
-        m["xid"] = float(xid[i])
+    # Per entity one dict, from Python floats converted a column at a time (tolist: the same values).
+    names = [*med, "throttle_share", "ecc_increase", "nvlink_mean_Bps", "xid"]
+    columns = [v.astype(np.float64).tolist() for v in (*med.values(), thr_share, ecc, nv_mean, xid)]
+    ranks, gpus = a["rank"][first].tolist(), a["gpu"][first].tolist()
+    for rank, gpu_i, values in zip(ranks, gpus, zip(*columns)):
+        m = dict(zip(names, values))
         if m["max_sm_clock_mhz"] > 0:
             m["clock_ratio"] = m["sm_clock_mhz"] / m["max_sm_clock_mhz"]
         out[rank] = m
-        index[rank] = int(a["gpu"][first[i]])
+        index[rank] = gpu_i
     return out, index
 
 
@@ -126,17 +144,17 @@ def summarise_nic(nic: Columns) -> dict[tuple[str, str], dict[str, float]]:
     zero_share = np.bincount(ids, weights=(has_t & (tput <= 0)).astype(float), minlength=n) / np.maximum(cnt, 1)
     down = group_min(ids, np.where(np.isnan(a["link_up"]), 1.0, a["link_up"]), n)
     out: dict[tuple[str, str], dict[str, float]] = {}
-    incs = {name: _increase(ids, n, a[name], a["ts_ns"]) for name in NIC_ERRORS + NIC_CONGESTION}
-    for i in range(n):
-        name = nic.vocab["nic"][int(a["nic"][first[i]])]
-        if port_key[first[i]] > 1:
-            name = f"{name}:{int(port_key[first[i]])}"
-        key = (nic.vocab["node"][int(a["node"][first[i]])], name)
-        m = {k: float(v[i]) for k, v in med.items()}
-        m.update(throughput_Bps=float(mean[i]), throughput_cv=float(cv[i]), zero_share=float(zero_share[i]),
-                 link_up_min=float(down[i]))
-        m.update({f"{name}_inc": float(v[i]) for name, v in incs.items()})
-        out[key] = m
+    time_order = _time_order(ids, a["ts_ns"])
+    incs = {name: _increase(ids, n, a[name], a["ts_ns"], time_order) for name in NIC_ERRORS + NIC_CONGESTION}
+    names = [*med, "throughput_Bps", "throughput_cv", "zero_share", "link_up_min", *(f"{k}_inc" for k in incs)]
+    columns = [v.astype(np.float64).tolist() for v in (*med.values(), mean, cv, zero_share, down, *incs.values())]
+    nic_names, node_names = nic.vocab["nic"], nic.vocab["node"]
+    for nic_code, node_code, pk, values in zip(a["nic"][first].tolist(), a["node"][first].tolist(),
+                                               port_key[first].tolist(), zip(*columns)):
+        name = nic_names[nic_code]
+        if pk > 1:
+            name = f"{name}:{pk}"
+        out[(node_names[node_code], name)] = dict(zip(names, values))
     return out
 
 

@@ -14,6 +14,9 @@ def dense_ids(*keys: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
 
     Returns (ids, G, index of one representative row per id).
     """
+    dense = _dense_ids_by_table(keys)
+    if dense is not None:
+        return dense
     if len(keys) == 1:
         combined = keys[0].astype(np.int64)
     else:
@@ -32,6 +35,47 @@ def dense_ids(*keys: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
             combined = combined * width + (k + 1)
     uniq, first, ids = np.unique(combined, return_index=True, return_inverse=True)
     return ids.astype(np.int64), int(uniq.size), first
+
+
+# A table of every possible key tuple costs this many slots per row at most: beyond it
+# (wide step numbers, many functions) sorting is the cheaper way.
+_TABLE_SLOTS_PER_ROW = 4
+_TABLE_SLOTS_MIN = 1 << 16
+
+
+def _dense_ids_by_table(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, int, np.ndarray] | None:
+    """:func:`dense_ids` without a sort, when the keys' ranges multiply to a small table (else None).
+
+    Each key is offset by its minimum and packed (key 0 most significant) into a
+    slot of a table of every possible tuple: a tuple's id is the number of
+    occupied slots before its own, so ids come in key order, and its
+    representative is its first row (``np.minimum.at``), as the sort gives.
+    """
+    n = keys[0].size
+    if n == 0 or any(k.dtype.kind not in "iub" or (k.dtype.kind == "u" and k.dtype.itemsize >= 8) for k in keys):
+        return None
+    lows, widths = [], []
+    space = 1
+    for k in keys:
+        lo, hi = int(k.min()), int(k.max())
+        lows.append(lo)
+        widths.append(hi - lo + 1)
+        space *= hi - lo + 1
+        if space > max(_TABLE_SLOTS_PER_ROW * n, _TABLE_SLOTS_MIN):
+            return None
+    slot = np.zeros(n, dtype=np.int64)
+    for k, lo, width in zip(keys, lows, widths):
+        slot *= width
+        slot += k.astype(np.int64) - lo
+    present = np.zeros(space, dtype=bool)
+    present[slot] = True
+    # ids + 1 of every slot (narrow: the table is transient)
+    code: np.ndarray = np.cumsum(present, dtype=np.int32 if space < 2**31 else np.int64)
+    ids = code[slot].astype(np.int64) - 1
+    g = int(code[-1])
+    first = np.full(g, n, dtype=np.intp)
+    np.minimum.at(first, ids, np.arange(n, dtype=np.intp))
+    return ids, g, first
 
 
 def _dense_ids_sorted(ks: list[np.ndarray]) -> tuple[np.ndarray, int, np.ndarray]:
@@ -64,6 +108,35 @@ def _order(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return by_value[np.argsort(keys, kind="stable")]
 
 
+def _sorted_by_group(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray | None:
+    """``values[_order(ids, values, n)]`` as float64, by one sort of packed integers; None when they do not pack.
+
+    Non-negative whole values (durations, byte counts, sums of them) and the
+    group id fit one int64 (``id * (max + 1) + value``) whenever the product
+    does: sorting that is sorting by (group, value), with no permutation to
+    build. Floats take this way only when each is exactly an integer below
+    2**53 and none is negative or ``-0.0`` (which would come back as ``0.0``).
+    """
+    if values.size == 0 or ids.dtype.kind not in "iu" or values.dtype.kind not in "iuf":
+        return None
+    if values.dtype.kind == "f":
+        if not bool(np.isfinite(values).all()) or bool(np.signbit(values).any()):
+            return None
+        vmax = float(values.max())
+        if vmax >= 2.0**53 or not bool((values == np.trunc(values)).all()):
+            return None
+        width = int(vmax) + 1
+    else:
+        if int(values.min()) < 0:
+            return None
+        width = int(values.max()) + 1
+    if int(ids.min()) < 0 or (int(ids.max()) + 1) * width >= 2**62:
+        return None
+    packed = ids.astype(np.int64) * width + values.astype(np.int64)
+    packed.sort()
+    return (packed % width).astype(np.float64)
+
+
 def group_sum(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(ids, weights=values.astype(np.float64), minlength=n)
 
@@ -80,8 +153,9 @@ def group_quantiles(ids: np.ndarray, values: np.ndarray, n: int, qs: tuple[float
     out = np.full((len(qs), n), np.nan)
     if ids.size == 0:
         return out
-    order = _order(ids, values, n)
-    sv = values[order].astype(np.float64)
+    sv = _sorted_by_group(ids, values, n)
+    if sv is None:
+        sv = values[_order(ids, values, n)].astype(np.float64)
     counts = np.bincount(ids, minlength=n)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     has = counts > 0

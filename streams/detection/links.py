@@ -11,8 +11,10 @@ errors) or that the fabric is congested.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -145,6 +147,45 @@ def _fleet_median(values: np.ndarray) -> float:
     return _fleet_quantile(values, 0.5)
 
 
+def _sorted_quantile(s: Sequence[float], q: float) -> float:
+    """``np.quantile`` (its linear method, the very same bits) of finite values given sorted; NaN when empty.
+
+    Done in Python floats (IEEE doubles, as numpy's): picking two order
+    statistics and numpy's ``_lerp`` needs no array per call.
+    """
+    n = len(s)
+    if not n:
+        return float("nan")
+    v = (n - 1) * q
+    if v >= n - 1:
+        return float(s[-1])
+    lo = math.floor(v)
+    a, b, t = float(s[lo]), float(s[lo + 1]), v - lo
+    diff = b - a
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
+
+
+class _LeaveOneOut:
+    """Medians of a group's finite values less one member's (its peers'), without an array per query."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = values
+        self.sorted = sorted(v for v in values if math.isfinite(v))
+        # 0.0 and -0.0 compare equal, and which of them np.quantile's partition picks
+        # depends on the values' order: with a zero among them, the peers' own list decides.
+        self.exact = not any(v == 0.0 for v in self.sorted)
+
+    def median_without(self, i: int, peers: Callable[[], list[float]]) -> float:
+        """``_fleet_median`` of ``peers()``: every value but the ``i``-th (in the order that list gives)."""
+        if not self.exact:
+            return _fleet_median(np.array(peers()))
+        v, s = self.values[i], self.sorted
+        if not math.isfinite(v):
+            return _sorted_quantile(s, 0.5)
+        k = bisect_left(s, v)
+        return _sorted_quantile(s[:k] + s[k + 1:], 0.5)
+
+
 def nic_anomalies(counters: CounterSummary, ports: PortMap | None = None) -> list[NicAnomaly]:
     """Rail ports that differ from comparable rails: lowered speed, errors, congestion.
 
@@ -167,12 +208,28 @@ def nic_anomalies(counters: CounterSummary, ports: PortMap | None = None) -> lis
     cong = {k: np.array([m.get(f"{k}_inc", np.nan) for m in ms]) for k in NIC_CONGESTION}
     # Congestion may hit many nodes at once: compare with the quieter quarter of the rails.
     cong_med = {k: _fleet_quantile(v, 0.25) for k, v in cong.items()}
+    # A port's peers are its group less itself: the same rail (port name) on the other
+    # nodes (``ports.same_rail``), the other rails of its node (``ports.node_rails``).
+    members: dict[tuple[bool, str], list[int]] = {}
+    for i, port in enumerate(rails):
+        members.setdefault((True, port.nic), []).append(i)
+        members.setdefault((False, port.node), []).append(i)
+    at: dict[tuple[bool, str, int], int] = {}
+    speeds: dict[tuple[bool, str], _LeaveOneOut] = {}
+    tputs: dict[str, _LeaveOneOut] = {}
+    for (by_rail, name), idx in members.items():
+        at.update({(by_rail, name, i): j for j, i in enumerate(idx)})
+        speeds[(by_rail, name)] = _LeaveOneOut([rails[i].link_gbps for i in idx])
+        if by_rail:
+            tputs[name] = _LeaveOneOut([rails[i].throughput_Bps for i in idx])
     out: list[NicAnomaly] = []
     for i, (port, m) in enumerate(zip(rails, ms)):
-        same = np.array([p.link_gbps for p in ports.same_rail(port)])
-        mates = np.array([p.link_gbps for p in ports.node_rails(port.node, exclude=port.nic)])
-        rail_speed, node_speed = _fleet_median(same), _fleet_median(mates)
-        same_tput = _fleet_median(np.array([p.throughput_Bps for p in ports.same_rail(port)]))
+        j_rail, j_node = at[(True, port.nic, i)], at[(False, port.node, i)]
+        rail_speed = speeds[(True, port.nic)].median_without(
+            j_rail, lambda: [p.link_gbps for p in ports.same_rail(port)])
+        node_speed = speeds[(False, port.node)].median_without(
+            j_node, lambda: [p.link_gbps for p in ports.node_rails(port.node, exclude=port.nic)])
+        same_tput = tputs[port.nic].median_without(j_rail, lambda: [p.throughput_Bps for p in ports.same_rail(port)])
         ev = {
             "nic": {"culprit": port.nic, "class": port.cls},
             "link_gbps": {"culprit": m.get("link_gbps"), "same_rail_median": rail_speed,

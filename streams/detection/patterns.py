@@ -89,11 +89,10 @@ def summarise_fn(fn: Columns, window_end_ns: int | None = None) -> tuple[FnRows,
     """
     inflight = _in_flight_rows(fn)
     done = ~fn.arrays["in_flight"]
-    a = {k: v[done] for k, v in fn.arrays.items()}
+    a = dict(fn.arrays) if done.all() else {k: v[done] for k, v in fn.arrays.items()}  # read only: no copy
     if not done.any():
         return FnRows(), RankRows(), inflight
-    ranks, slot = np.unique(a["rank"], return_inverse=True)
-    n_r = ranks.size
+    slot, n_r, _ = dense_ids(a["rank"])  # np.unique(rank, return_inverse=True)'s inverse, without a sort
     fid, n_f, first = dense_ids(a["fn"], a["stack"])
     kinds = a["kind"].astype(np.int64)
 
@@ -217,7 +216,7 @@ def build_patterns(d: WindowDigest) -> Patterns:
     # functions, first abnormal cell) must not depend on it.
     pairs = list(zip(f.fn, f.stack))
     keys = {k: i for i, k in enumerate(sorted(set(pairs)))}
-    fid = np.fromiter((keys[k] for k in pairs), dtype=np.int64, count=len(pairs))
+    fid = np.fromiter(map(keys.__getitem__, pairs), dtype=np.int64, count=len(pairs))
     n_f = len(keys)
     kinds = np.zeros(n_f, dtype=np.int64)
     kinds[fid] = f.kind
