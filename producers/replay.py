@@ -32,9 +32,10 @@ import logging
 import time
 import uuid
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -167,6 +168,49 @@ def ensure_topics(config: KafkaConfig, timeout_s: float = 10.0) -> None:
         log.warning("%s; publishing anyway", exc)
 
 
+class _Delivery:
+    """One replay's publishing: with or without record counts, aborted on a failed delivery, flushed
+    and (when it made the publisher) closed at the end. Shared by raw and digest replays."""
+
+    def __init__(self, config: KafkaConfig, publisher: FramePublisher | None, result: ReplayResult,
+                 t0: float) -> None:
+        self.own = publisher is None
+        self.pub = publisher if publisher is not None else FramePublisher.for_replay(config)
+        self.counted = bool(getattr(self.pub, "counts_records", False))
+        self.result, self.t0 = result, t0
+        result._counted = self.counted
+
+    def check(self) -> None:
+        if self.pub.stats.failed:
+            raise ReplayError(f"delivery failed, replay aborted: {self.pub.stats.last_error}", self.result)
+
+    def publish(self, topic: str, value: bytes, key: bytes | str, records: int) -> None:
+        if self.counted:
+            self.pub.publish(topic, value, key=key, records=records)
+        else:
+            self.pub.publish(topic, value, key=key)
+
+    def drain(self) -> None:
+        """Everything sent delivered, or a ReplayError that says how much was not."""
+        remaining = self.pub.flush(FLUSH_TIMEOUT_S)
+        self.check()
+        if remaining:
+            raise ReplayError(f"{remaining} messages still undelivered after {FLUSH_TIMEOUT_S:.0f} s", self.result)
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        try:
+            yield
+        except ReplayError:
+            self.result.aborted = True
+            raise
+        finally:
+            if self.own:
+                self.pub.close(timeout_s=5.0)
+            self.result.publisher = self.pub.stats
+            self.result.seconds = time.monotonic() - self.t0
+
+
 def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None = None, *,
            publisher: FramePublisher | None = None, batch_records: int = DEFAULT_BATCH,
            create: bool = True, connect_timeout_s: float = 10.0) -> ReplayResult:
@@ -184,19 +228,13 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
             ensure_topics(config, connect_timeout_s)
         except BrokerError as exc:
             raise ReplayError(str(exc), result) from exc
-    own = publisher is None
-    pub = publisher if publisher is not None else FramePublisher.for_replay(config)
-    counted = bool(getattr(pub, "counts_records", False))
-    result._counted = counted
+    out = _Delivery(config, publisher, result, t0)
+    pub, check = out.pub, out.check
     producer_id = uuid.uuid4().hex[:12]
     keys: dict[str, _KeyState] = {}
     pacer = _Pacer(rate, pub)
     frames = FrameAccumulator(config.frame_records, max_lag_ns=MAX_LAG_NS)
     last_start: dict[tuple[str, str], int] = {}
-
-    def check() -> None:
-        if pub.stats.failed:
-            raise ReplayError(f"delivery failed, replay aborted: {pub.stats.last_error}", result)
 
     def send(frame: FrameSlice) -> None:
         state = keys.get(frame.key)
@@ -206,10 +244,7 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
         value = encode_frame(frame.cols, {"seq": state.frames, "producer": producer_id})
         result.messages += 1
         result.message_bytes += len(value) + len(frame.key)
-        if counted:
-            pub.publish(config.raw_topic, value, key=frame.key, records=n)
-        else:
-            pub.publish(config.raw_topic, value, key=frame.key)
+        out.publish(config.raw_topic, value, frame.key, n)
         state.frames += 1
         state.records += n
         result.frames += 1
@@ -218,7 +253,7 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
         pacer.after(n)
         check()
 
-    try:
+    with out.running():
         for path in paths:
             for batch in read_batches(path, batch_records=batch_records):
                 for bad in batch.invalid:
@@ -244,18 +279,7 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
             result.end_of_stream += 1
             result.messages += 1
             result.message_bytes += len(value) + len(key)
-        remaining = pub.flush(FLUSH_TIMEOUT_S)
-        check()
-        if remaining:
-            raise ReplayError(f"{remaining} messages still undelivered after {FLUSH_TIMEOUT_S:.0f} s", result)
-    except ReplayError:
-        result.aborted = True
-        raise
-    finally:
-        if own:
-            pub.close(timeout_s=5.0)
-        result.publisher = pub.stats
-        result.seconds = time.monotonic() - t0
+        out.drain()
     return result
 
 
@@ -298,30 +322,21 @@ def replay_digests(paths: Iterable[str | Path], config: KafkaConfig, digester: C
                 log.warning("%s; publishing anyway", exc)
         except BrokerError as exc:
             raise ReplayError(str(exc), result) from exc
-    own = publisher is None
-    pub = publisher if publisher is not None else FramePublisher.for_replay(config)
-    counted = bool(getattr(pub, "counts_records", False))
-    result._counted = counted
+    out = _Delivery(config, publisher, result, t0)
+    pub, check = out.pub, out.check
     pacer = _Pacer(rate, pub)
     nodes: dict[str, Any] = {}
     forwarder = digester("edge/job-record")
 
-    def check() -> None:
-        if pub.stats.failed:
-            raise ReplayError(f"delivery failed, replay aborted: {pub.stats.last_error}", result)
-
     def send(messages: list) -> None:
         for m in messages:
-            if counted:
-                pub.publish(config.digests_topic, m.value, key=m.key, records=m.records)
-            else:
-                pub.publish(config.digests_topic, m.value, key=m.key)
+            out.publish(config.digests_topic, m.value, m.key, m.records)
             result.messages += 1
             result.message_bytes += len(m.value) + len(m.key)
             result.digests += m.kind == "digest"
         check()
 
-    try:
+    with out.running():
         for path in paths:
             for batch in read_batches(path, batch_records=batch_records):
                 for bad in batch.invalid:
@@ -351,17 +366,6 @@ def replay_digests(paths: Iterable[str | Path], config: KafkaConfig, digester: C
             result.late_records += d.stats.late_records
             result.end_of_stream += sum(m.kind == "end" for m in ends)
             send(ends)
-        remaining = pub.flush(FLUSH_TIMEOUT_S)
-        check()
-        if remaining:
-            raise ReplayError(f"{remaining} messages still undelivered after {FLUSH_TIMEOUT_S:.0f} s", result)
-    except ReplayError:
-        result.aborted = True
-        raise
-    finally:
-        if own:
-            pub.close(timeout_s=5.0)
-        result.publisher = pub.stats
-        result.seconds = time.monotonic() - t0
+        out.drain()
     result.frames = result.messages
     return result

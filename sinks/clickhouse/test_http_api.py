@@ -192,7 +192,9 @@ def test_since_ns_out_of_range_is_an_error_not_a_wrap(served: tuple[QueryServer,
 
 
 def test_endpoint_refuses_the_reported_attacks(served: tuple[QueryServer, list]) -> None:
-    from .test_query_guard import Listener, _exfiltration
+    from listener import Listener
+
+    from .test_query_guard import _exfiltration
 
     server, _ = served
     client = EndpointClient(server.url, token=server.token)

@@ -13,41 +13,11 @@ back or corrupt writes.
 from __future__ import annotations
 
 import http.client
-import socket
-import threading
 import time
 from urllib.parse import urlsplit
 
 from chaos.harness import ChaosStack, Job, check_job, replay_with
-
-
-class Listener:
-    """A TCP listener on 127.0.0.1 that counts whoever connects (an exfiltration target)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            conn.close()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self.sock.close()
+from listener import Listener
 
 
 def attack_sql(port: int) -> list[str]:
