@@ -55,23 +55,6 @@ def test_steps_longer_than_the_window_give_the_published_cause(tmp_path, shared_
     assert min(v.window_end_ns - v.window_start_ns for v in verdicts) >= 3 * W
 
 
-def test_without_the_job_record_the_stages_are_read_from_the_communicators(tmp_path, shared_dir):
-    """Independent telemetry may carry no ``job`` record: the stages then come from the
-    communicators (data-parallel groups inside a stage, send/recv between stages)."""
-    out = tmp_path / "st.jsonl"
-    subprocess.run([sys.executable, "-m", "eroica.cli", "import", "optable",
-                    str(shared_dir / "data/stragglers/trace-ST.parquet"), "-o", str(out)], check=True,
-                   capture_output=True)
-    bare = tmp_path / "st-nojob.jsonl"
-    lines = out.read_bytes().splitlines()
-    bare.write_bytes(b"\n".join(ln for ln in lines if b'"type":"job"' not in ln) + b"\n")
-    assert len(bare.read_bytes().splitlines()) == len(lines) - 1
-    verdicts = list(analyze(read_batches(bare), W))
-    assert {v.component for v in verdicts} == {"workload"}
-    assert {v.rank for v in verdicts if v.confidence >= 0.5} == {6, 7}
-    assert all("stage 3" in v.fn for v in verdicts)
-
-
 def test_five_minute_steps_give_the_published_cause_at_default_settings(tmp_path, shared_dir):
     """Steps of ~4.8 min (the trace re-timed 130x): a job window waits for three whole steps
     (~15 min of 30 s windows) because the job keeps making progress; it is never cut short."""

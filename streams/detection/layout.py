@@ -15,6 +15,13 @@ import numpy as np
 from eroica.models.digest import CollRows, WindowDigest
 from eroica.models.records import JobRecord
 
+# Stages read from the communicators are used only when each holds at least this many
+# ranks: the peer test's smallest role (peers.MIN_PEERS). A stage of two or three ranks
+# cannot be judged inside itself, so its ranks are then compared with every rank, as
+# before the inference: a pp=2 x dp=2 job with one slowed rank is found that way, while
+# a job whose stages differ by design needs its job record (rank_stages) to say so.
+MIN_INFERRED_STAGE = 4
+
 # A peer group split by tensor-parallel position must keep this many ranks, or
 # the split costs more statistical power (leave-one-out median and MAD over
 # four others) than the like-for-like comparison gains; below it, the stage.
@@ -107,7 +114,8 @@ def stages_from_communicators(colls: CollRows, ranks: list[int]) -> dict[int, in
     number of ranks); otherwise there is no pipeline to read and the answer is
     empty. Stages are numbered by their smallest rank, the stage-major rank
     order of Megatron-LM and torch's pipelining (the number is a label; only
-    the partition is used to compare).
+    the partition is used to compare). Stages smaller than :data:`MIN_INFERRED_STAGE`
+    are not inferred.
     """
     if not colls.rank:
         return {}
@@ -134,7 +142,7 @@ def stages_from_communicators(colls: CollRows, ranks: list[int]) -> dict[int, in
     for r in everyone:
         parts.setdefault(stages.find(r), []).append(r)
     sizes = {len(m) for m in parts.values()}
-    if len(parts) < 2 or len(sizes) != 1:
+    if len(parts) < 2 or len(sizes) != 1 or min(sizes) < MIN_INFERRED_STAGE:
         return {}
     order = sorted(parts, key=lambda root: min(parts[root]))
     return {r: i for i, root in enumerate(order) for r in parts[root]}

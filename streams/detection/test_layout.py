@@ -35,21 +35,26 @@ def _megatron(pp: int, dp: int, embedding: bool) -> dict[str, tuple[bool, list[i
 
 
 def test_stages_are_the_components_of_data_parallel_groups_between_pipeline_chains():
-    got = stages_from_communicators(_rows(_megatron(4, 2, embedding=False)), list(range(8)))
-    assert got == {r: r // 2 for r in range(8)}
+    got = stages_from_communicators(_rows(_megatron(4, 4, embedding=False)), list(range(16)))
+    assert got == {r: r // 4 for r in range(16)}
 
 
 def test_a_group_that_ties_stages_of_one_replica_is_not_a_stage_s():
     # the embedding all-reduce joins stage 0 and stage 3 of each replica; it must not merge them
-    got = stages_from_communicators(_rows(_megatron(4, 2, embedding=True)), list(range(8)))
-    assert got == {r: r // 2 for r in range(8)}
+    got = stages_from_communicators(_rows(_megatron(4, 4, embedding=True)), list(range(16)))
+    assert got == {r: r // 4 for r in range(16)}
+
+
+def test_stages_too_small_for_the_peer_test_are_not_inferred():
+    # pp=4 x dp=2: two ranks per stage, which the peer test cannot judge inside the stage
+    assert stages_from_communicators(_rows(_megatron(4, 2, embedding=False)), list(range(8))) == {}
 
 
 def test_no_pipeline_or_an_uneven_split_gives_no_stages():
     no_pp = {"world": (False, list(range(8)))}
     assert stages_from_communicators(_rows(no_pp), list(range(8))) == {}
-    # rank 8 reports but is in no communicator: the parts are not equal, so nothing is inferred
-    assert stages_from_communicators(_rows(_megatron(4, 2, embedding=False)), list(range(9))) == {}
+    # rank 16 reports but is in no communicator: the parts are not equal, so nothing is inferred
+    assert stages_from_communicators(_rows(_megatron(4, 4, embedding=False)), list(range(17))) == {}
     assert stages_from_communicators(CollRows(), list(range(4))) == {}
 
 
