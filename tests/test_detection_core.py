@@ -136,8 +136,9 @@ def test_one_odd_step_never_alarms_from_one_window_a_steady_level_does():
 
     odd = {(None, WARMUP_STEPS + 2): 4.0}
     spike = after_warm_up(step_factor={**odd, (2, WARMUP_STEPS + 1): 2.5})
-    assert [(v.rank, v.slowdown > 2, v.confidence < 0.5) for v in spike] == [(2, True, True)]
-    assert spike[0].evidence["persistence"]["consecutive_windows"] == 1
+    # at most a note below the alarm level (the waits do not show rank 2 pacing the job in
+    # its median step, so the lateness test drops it outright)
+    assert [v for v in spike if v.confidence >= 0.5] == [] and {v.rank for v in spike} <= {2}
     (level,) = after_warm_up(slow_rank=2, factor=2.5, step_factor=odd)
     assert (level.rank, level.component) == (2, "workload") and level.confidence >= 0.9
 

@@ -40,12 +40,23 @@ from .link_findings import link_findings
 from .links import nic_anomalies
 from .patterns import K_KERNEL, K_MEMCPY, Patterns, build_patterns
 from .peers import Cell, abnormal_cells, category_of, role_ratio
+from .robust import MAD_TO_SIGMA
 from .summarise import digest_window
 from .windows import JobWindow
 
 MIN_STEPS = 3            # fewer steps in a window cannot separate a fault from a spike
 RANK_MATERIAL = 0.015    # a rank's significant excesses must add up to >= 1.5% of the step
 VICTIM_MARGIN = 0.005    # victims wait >= 0.5% of a step longer than the culprit
+# A straggler paces the others: it waits less in collectives than the rest of its role,
+# by more than the role's ordinary spread of waiting. Lateness (the role's median wait
+# less the rank's, median over steps) must stand LATE_Z robust sigmas above the other
+# ranks' lateness: one-sided P(z >= 3) = 0.13% under Gaussian noise, and the candidate
+# already passed the peer test's z >= 5 on its own functions, so this only asks the
+# waits to confirm what the functions say. Without it, a job-wide problem whose size
+# varies per rank and step (a loader whose delay is drawn per batch) makes whichever
+# rank drew long delays in two of three steps look like a straggler (measured: such
+# ranks' lateness z 0-3, real stragglers' 5-90 on the tuning seeds).
+LATE_Z = 3.0
 
 
 def detect_window(window: JobWindow, detected_at_ns: int = 0) -> list[Verdict]:
@@ -60,7 +71,7 @@ def detect(d: WindowDigest, meta: JobRecord | None = None, detected_at_ns: int =
     ``history`` (the job's earlier windows) is read, never modified: use
     :func:`detect_step` to feed time windows in order and get the updated history.
     """
-    job_window, _ = assemble([d], None, final=True)
+    job_window, _, _ = assemble([d], None, final=True)
     assert job_window is not None
     return analyse_job_window(job_window, meta, history or JobHistory(job=d.job), detected_at_ns)[0]
 
@@ -75,18 +86,19 @@ def detect_step(d: WindowDigest, meta: JobRecord | None, history: JobHistory | N
     """
     history = history if history is not None else JobHistory(job=d.job)
     pending = [*history.pending, d]
-    job_window, carry = assemble(pending, history.carry)
+    job_window, carry, used = assemble(pending, history.carry)
     if job_window is None:
-        return [], msgspec.structs.replace(history, pending=pending)
+        # too few whole steps yet; the pending windows are kept, or compacted into the carry
+        return [], msgspec.structs.replace(history, pending=[] if used else pending, carry=carry)
     verdicts, new_history = analyse_job_window(job_window, meta, history, detected_at_ns)
     return verdicts, msgspec.structs.replace(new_history, pending=[], carry=carry)
 
 
 def flush_job(meta: JobRecord | None, history: JobHistory, detected_at_ns: int = 0) -> tuple[list[Verdict], JobHistory]:
     """End of a job's input: analyse whatever is still pending."""
-    if not history.pending:
+    if not history.pending and history.carry is None:
         return [], history
-    job_window, _ = assemble(history.pending, history.carry, final=True)
+    job_window, _, _ = assemble(history.pending, history.carry, final=True)
     assert job_window is not None
     verdicts, new_history = analyse_job_window(job_window, meta, history, detected_at_ns)
     return verdicts, msgspec.structs.replace(new_history, pending=[], carry=None)
@@ -308,7 +320,36 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             peers=peers, culprits=[rank], evidence=evidence,
             summary=f"{why}; its {what} run {slowdown:.2f}x slower than {len(peers)} peers", steady=steady,
         ))
-    return _merge_nodes(per_rank, layout, p)
+    return [f for f in _merge_nodes(per_rank, layout, p) if _paces_others(f, p, roles, waits, step_ns)]
+
+
+def _paces_others(f: Finding, p: Patterns, roles: dict[int, np.ndarray], waits: np.ndarray, step_ns: float) -> bool:
+    """Whether the culprits of a rank or node finding are late enough, in the waits, to pace their role.
+
+    Each rank's lateness is its role's median wait less its own (roles differ in
+    how much they wait by design: pipeline stages). The culprits' median lateness
+    is compared with the other ranks' (median and MAD: a node's eight culprits
+    must not widen the spread they are judged against), floored at 0.1% of a step
+    like the peer test, so perfectly regular peers do not make any lead significant.
+    A job without collective waiting (no collectives, one rank per role) keeps the
+    finding: the waits cannot speak there.
+    """
+    if waits.size != p.ranks.size or not np.any(waits > VICTIM_MARGIN * step_ns):
+        return True
+    late = np.zeros(waits.size)
+    for members in roles.values():
+        if members.size:
+            late[members] = float(np.median(waits[members])) - waits[members]
+    culprit = np.isin(p.ranks, np.asarray(f.culprits, dtype=np.int64))
+    if not culprit.any() or culprit.all():
+        return True
+    rest = late[~culprit]
+    med = float(np.median(rest))
+    scale = max(MAD_TO_SIGMA * float(np.median(np.abs(rest - med))), 0.001 * step_ns)
+    z = (float(np.median(late[culprit])) - med) / scale
+    f.evidence["lateness"] = {"culprit_ns_per_step": round(float(np.median(late[culprit]))),
+                              "others_median_ns_per_step": round(med), "robust_z": round(z, 2)}
+    return z >= LATE_Z
 
 
 def _by_gpu_class(roles: dict[int, np.ndarray], p: Patterns, counters: CounterSummary) -> dict[int, np.ndarray]:
