@@ -56,8 +56,9 @@ class CollectiveStats:
 def summarise_collectives(fn: Columns) -> CollRows:
     """Per (rank, communicator, step): summed duration, bytes and calls (the summariser's part)."""
     a = fn.arrays
-    sel = (a["kind"] == K_COLL) & ~a["in_flight"]
-    if not sel.any():
+    # One index of the selected rows, taken by every column (a boolean mask would be scanned once per column).
+    sel = np.flatnonzero((a["kind"] == K_COLL) & ~a["in_flight"])
+    if not sel.size:
         return CollRows()
     rank, step, grp = a["rank"][sel], a["step"][sel], a["group"][sel]
     ids, n, first = dense_ids(rank, grp, step)
@@ -78,11 +79,14 @@ def summarise_collectives(fn: Columns) -> CollRows:
         op_first = op[order[np.r_[True, ids[order][1:] != ids[order][:-1]]]]
         names[unnamed] = np.array([f"*{COLLECTIVE_OPS[o] if o >= 0 else 'collective'}" for o in op_first[unnamed]],
                                   dtype=object)
-    p2p = group_max(ids, np.isin(op, _P2P_OPS).astype(np.float64), n) > 0
+    # Per group: any send / recv call, and the largest op code (every group has a call: no empty group to fill).
+    p2p = np.bincount(ids, weights=(op == _P2P_OPS[0]) | (op == _P2P_OPS[1]), minlength=n) > 0
+    op_max = np.full(n, np.iinfo(np.int64).min)
+    np.maximum.at(op_max, ids, op.astype(np.int64))
     return CollRows(
         rank=rank[first].tolist(), group=names.tolist(), step=step[first].tolist(),
         dur_ns=group_sum(ids, a["dur_ns"][sel], n).astype(np.int64).tolist(), bytes=b.tolist(),
-        calls=group_count(ids, n).tolist(), p2p=p2p.tolist(), op=group_max(ids, op.astype(np.float64), n).astype(int).tolist(),
+        calls=group_count(ids, n).tolist(), p2p=p2p.tolist(), op=op_max.tolist(),
     )
 
 

@@ -33,13 +33,71 @@ class CounterSummary:
     host: dict[str, dict[str, float]] = field(default_factory=dict)       # node -> metrics
 
 
-def _medians(ids: np.ndarray, n: int, cols: Columns, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _medians(ids: np.ndarray, n: int, cols: Columns, names: tuple[str, ...],
+             rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per entity, the median of each column's samples (NaN samples left out); ``rows``: :func:`_equal_groups`."""
     out = {}
+    if rows is None:
+        rows = _equal_groups(ids, n)
     for name in names:
         v = cols.arrays[name]
+        if rows is not None and v.dtype == np.float64 and not bool(np.isnan(v).any()):
+            out[name] = _row_medians(v[rows])
+            continue
         ok = ~np.isnan(v)
         out[name] = group_quantiles(ids[ok], v[ok], n, (0.5,))[0] if ok.any() else np.full(n, np.nan)
     return out
+
+
+def _equal_groups(ids: np.ndarray, n: int) -> np.ndarray | None:
+    """The rows as an (entities, samples) index matrix, each entity's samples in record order, when every entity
+    has as many samples (one GPU sample per rank every period, one NIC sample per port); else None."""
+    if ids.size == 0 or n == 0 or ids.size % n:
+        return None
+    counts = np.bincount(ids, minlength=n)
+    if not bool((counts == ids.size // n).all()):
+        return None
+    order = np.argsort(ids.astype(np.uint16) if n <= 1 << 16 else ids, kind="stable")
+    return order.reshape(n, ids.size // n)
+
+
+def _row_medians(values: np.ndarray) -> np.ndarray:
+    """Each row's median as :func:`.grouping.group_quantiles` takes it (nearest rank, lower side) over rows without NaN.
+
+    A stable sort per row orders equal values (``0.0`` and ``-0.0``) as the
+    grouped sort does, so the very value (and sign) it picks is picked.
+    """
+    m = values.shape[1]
+    return np.sort(values, axis=1, kind="stable")[:, int(np.floor(0.5 * (m - 1) + 0.5))].astype(np.float64)
+
+
+def _by_entity_then_value(ids: np.ndarray, values: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    """``np.lexsort((values, ids))`` (``values`` without NaN); with equal groups (``rows``), a stable sort per row."""
+    if rows is None:
+        return np.lexsort((values, ids))
+    out: np.ndarray = np.take_along_axis(rows, np.argsort(values[rows], axis=1, kind="stable"), axis=1).ravel()
+    return out
+
+
+def _increases(ids: np.ndarray, n: int, a: dict[str, np.ndarray], names: tuple[str, ...], ts: np.ndarray,
+               time_order: np.ndarray | None) -> dict[str, np.ndarray]:
+    """:func:`_increase` of several counters; those without a missing sample share their time order and
+    differences (one pass over a matrix), with the very arithmetic of :func:`_increase`."""
+    out: dict[str, np.ndarray] = {}
+    full = [k for k in names if time_order is not None and not bool(np.isnan(a[k]).any())]
+    if full and time_order is not None:
+        i = ids[time_order]
+        same = i[1:] == i[:-1]
+        later = i[1:][same]
+        empty = np.bincount(i, minlength=n) == 0
+        x = np.stack([a[k] for k in full])[:, time_order]
+        d = np.diff(x, axis=1)
+        step = np.where(d >= 0, d, x[:, 1:])
+        for r, k in enumerate(full):
+            inc = np.bincount(later, weights=step[r][same], minlength=n).astype(np.float64)
+            inc[empty] = np.nan
+            out[k] = inc
+    return {k: out[k] if k in out else _increase(ids, n, a[k], ts, time_order) for k in names}
 
 
 def _time_order(ids: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
@@ -87,11 +145,12 @@ def _increase(ids: np.ndarray, n: int, v: np.ndarray, ts: np.ndarray,
 def summarise_gpu(gpu: Columns) -> tuple[dict[int, dict[str, float]], dict[int, int]]:
     a = gpu.arrays
     ids, n, first = dense_ids(a["rank"])
+    rows = _equal_groups(ids, n)
     med = _medians(ids, n, gpu, (
         "sm_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w", "temp_c", "sm_util_pct",
         "mem_util_pct", "pcie_gen", "max_pcie_gen", "pcie_width", "max_pcie_width", "pcie_tx_Bps",
         "pcie_rx_Bps", "nvlink_tx_Bps", "nvlink_rx_Bps",
-    ))
+    ), rows)
     tr = a["throttle_reasons"]
     has_tr = ~np.isnan(tr)
     throttled = np.where(has_tr, (np.nan_to_num(tr).astype(np.int64) & THROTTLE_MASK) != 0, False)
@@ -103,7 +162,7 @@ def summarise_gpu(gpu: Columns) -> tuple[dict[int, dict[str, float]], dict[int, 
     nv_has = ~(np.isnan(a["nvlink_tx_Bps"]) & np.isnan(a["nvlink_rx_Bps"]))
     nv = np.nan_to_num(a["nvlink_tx_Bps"]) + np.nan_to_num(a["nvlink_rx_Bps"])
     nv_cnt = np.bincount(ids, weights=nv_has.astype(float), minlength=n)
-    o = np.lexsort((nv, ids))  # summed in a fixed order: the same bits in any record order
+    o = _by_entity_then_value(ids, nv, rows)  # summed in a fixed order: the same bits in any record order
     nv_mean = np.bincount(ids[o], weights=np.where(nv_has, nv, 0.0)[o], minlength=n) / np.maximum(nv_cnt, 1)
     nv_mean[nv_cnt == 0] = np.nan
     ecc = _increase(ids, n, a["ecc_uncorrected"], a["ts_ns"])
@@ -131,12 +190,13 @@ def summarise_nic(nic: Columns) -> dict[tuple[str, str], dict[str, float]]:
     port = a["port"] if "port" in a else np.full(len(nic), -1, dtype=np.int32)
     port_key = np.where(port > 1, port, -1)
     ids, n, first = dense_ids(a["node"], a["nic"], port_key)
-    med = _medians(ids, n, nic, ("tx_Bps", "rx_Bps", "link_gbps"))
+    rows = _equal_groups(ids, n)
+    med = _medians(ids, n, nic, ("tx_Bps", "rx_Bps", "link_gbps"), rows)
     tput = np.nan_to_num(a["tx_Bps"]) + np.nan_to_num(a["rx_Bps"])
     has_t = ~(np.isnan(a["tx_Bps"]) & np.isnan(a["rx_Bps"]))
     # Float sums in a fixed order (by port, then value), never in record order: the
     # same samples in another order must give the same bits (stable verdicts).
-    o = np.lexsort((tput, ids))
+    o = _by_entity_then_value(ids, tput, rows)
     cnt = np.bincount(ids[o], weights=has_t[o].astype(float), minlength=n)
     mean = np.bincount(ids[o], weights=np.where(has_t, tput, 0)[o], minlength=n) / np.maximum(cnt, 1)
     sq = np.bincount(ids[o], weights=np.where(has_t, tput ** 2, 0)[o], minlength=n) / np.maximum(cnt, 1)
@@ -145,7 +205,7 @@ def summarise_nic(nic: Columns) -> dict[tuple[str, str], dict[str, float]]:
     down = group_min(ids, np.where(np.isnan(a["link_up"]), 1.0, a["link_up"]), n)
     out: dict[tuple[str, str], dict[str, float]] = {}
     time_order = _time_order(ids, a["ts_ns"])
-    incs = {name: _increase(ids, n, a[name], a["ts_ns"], time_order) for name in NIC_ERRORS + NIC_CONGESTION}
+    incs = _increases(ids, n, a, NIC_ERRORS + NIC_CONGESTION, a["ts_ns"], time_order)
     names = [*med, "throughput_Bps", "throughput_cv", "zero_share", "link_up_min", *(f"{k}_inc" for k in incs)]
     columns = [v.astype(np.float64).tolist() for v in (*med.values(), mean, cv, zero_share, down, *incs.values())]
     nic_names, node_names = nic.vocab["nic"], nic.vocab["node"]

@@ -51,6 +51,24 @@ def _dense_ids_by_table(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, int, 
     occupied slots before its own, so ids come in key order, and its
     representative is its first row (``np.minimum.at``), as the sort gives.
     """
+    table = table_slots(*keys)
+    if table is None:
+        return None
+    slot, space = table
+    n = slot.size
+    ids, g = _occupied_ids(slot, space)
+    first = np.full(g, n, dtype=np.intp)
+    np.minimum.at(first, ids, np.arange(n, dtype=np.intp))
+    return ids, g, first
+
+
+def table_slots(*keys: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """Each row's slot in a table of every possible key tuple (key 0 most significant), and the table's size.
+
+    None when the keys are not all integers or the table would exceed
+    ``_TABLE_SLOTS_PER_ROW`` slots per row: then sorting is the cheaper way.
+    Slots come in key order; one int64 array is built, in place.
+    """
     n = keys[0].size
     if n == 0 or any(k.dtype.kind not in "iub" or (k.dtype.kind == "u" and k.dtype.itemsize >= 8) for k in keys):
         return None
@@ -66,16 +84,29 @@ def _dense_ids_by_table(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, int, 
     slot = np.zeros(n, dtype=np.int64)
     for k, lo, width in zip(keys, lows, widths):
         slot *= width
-        slot += k.astype(np.int64) - lo
+        slot += k
+        if lo:
+            slot -= lo
+    return slot, space
+
+
+def _occupied_ids(slot: np.ndarray, space: int) -> tuple[np.ndarray, int]:
+    """Dense ids of table slots: the number of occupied slots before each row's own (key order), and their count."""
     present = np.zeros(space, dtype=bool)
     present[slot] = True
-    # ids + 1 of every slot (narrow: the table is transient)
-    code: np.ndarray = np.cumsum(present, dtype=np.int32 if space < 2**31 else np.int64)
-    ids = code[slot].astype(np.int64) - 1
-    g = int(code[-1])
-    first = np.full(g, n, dtype=np.intp)
-    np.minimum.at(first, ids, np.arange(n, dtype=np.intp))
-    return ids, g, first
+    code = np.cumsum(present, dtype=np.int64)
+    ids: np.ndarray = code[slot]
+    ids -= 1
+    return ids, int(code[-1])
+
+
+def dense_ids_only(*keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """:func:`dense_ids` without the representatives (the same ids, in key order), which cost a scatter per row."""
+    table = table_slots(*keys)
+    if table is None:
+        ids, g, _ = dense_ids(*keys)
+        return ids, g
+    return _occupied_ids(*table)
 
 
 def _dense_ids_sorted(ks: list[np.ndarray]) -> tuple[np.ndarray, int, np.ndarray]:
@@ -108,7 +139,7 @@ def _order(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return by_value[np.argsort(keys, kind="stable")]
 
 
-def _sorted_by_group(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray | None:
+def _sorted_by_group(ids: np.ndarray, values: np.ndarray, n: int, grouped: bool = False) -> np.ndarray | None:
     """``values[_order(ids, values, n)]`` as float64, by one sort of packed integers; None when they do not pack.
 
     Non-negative whole values (durations, byte counts, sums of them) and the
@@ -116,6 +147,10 @@ def _sorted_by_group(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray 
     does: sorting that is sorting by (group, value), with no permutation to
     build. Floats take this way only when each is exactly an integer below
     2**53 and none is negative or ``-0.0`` (which would come back as ``0.0``).
+    ``grouped``: the rows come in group order already (``ids`` non-decreasing):
+    the packed values are then runs that a stable sort (timsort) merges in
+    about linear time, where quicksort would take its full ``n log n``; the
+    sorted array is the same either way.
     """
     if values.size == 0 or ids.dtype.kind not in "iu" or values.dtype.kind not in "iuf":
         return None
@@ -132,9 +167,12 @@ def _sorted_by_group(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray 
         width = int(values.max()) + 1
     if int(ids.min()) < 0 or (int(ids.max()) + 1) * width >= 2**62:
         return None
-    packed = ids.astype(np.int64) * width + values.astype(np.int64)
-    packed.sort()
-    return (packed % width).astype(np.float64)
+    packed = ids.astype(np.int64)
+    packed *= width
+    packed += values if values.dtype == np.int64 else values.astype(np.int64)
+    packed.sort(kind="stable" if grouped else None)
+    np.remainder(packed, width, out=packed)
+    return packed.astype(np.float64)
 
 
 def group_sum(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -150,18 +188,45 @@ def group_quantiles(ids: np.ndarray, values: np.ndarray, n: int, qs: tuple[float
 
     Returns an array of shape (len(qs), n); NaN for empty groups.
     """
-    out = np.full((len(qs), n), np.nan)
     if ids.size == 0:
-        return out
-    sv = _sorted_by_group(ids, values, n)
+        return np.full((len(qs), n), np.nan)
+    return sorted_quantiles(*group_sorted(ids, values, n), qs)
+
+
+def group_sorted(ids: np.ndarray, values: np.ndarray, n: int,
+                 grouped: np.ndarray | bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values as float64 sorted by (group, value), each group's count and its first position in them.
+
+    ``grouped``: a permutation that puts the rows in group order (any order
+    within a group), or True when they come so already (``ids``
+    non-decreasing), which makes the sort cheaper (:func:`_sorted_by_group`);
+    the answer does not depend on it.
+    """
+    sv = None
+    if grouped is True:
+        sv = _sorted_by_group(ids, values, n, grouped=True)
+    elif isinstance(grouped, np.ndarray):
+        sv = _sorted_by_group(ids[grouped], values[grouped], n, grouped=True)
+    if sv is None:
+        sv = _sorted_by_group(ids, values, n)
     if sv is None:
         sv = values[_order(ids, values, n)].astype(np.float64)
     counts = np.bincount(ids, minlength=n)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return sv, counts, starts
+
+
+def sorted_quantiles(sv: np.ndarray, counts: np.ndarray, starts: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
+    """:func:`group_quantiles` from :func:`group_sorted`'s answer: (len(qs), groups), NaN for empty groups."""
+    out = np.full((len(qs), counts.size), np.nan)
     has = counts > 0
+    every = bool(has.all())
     for i, q in enumerate(qs):
         pos = starts + np.floor(q * (counts - 1) + 0.5).astype(np.int64)
-        out[i, has] = sv[pos[has]]
+        if every:
+            np.take(sv, pos, out=out[i])
+        else:
+            out[i, has] = sv[pos[has]]
     return out
 
 

@@ -9,15 +9,16 @@ comparison is then a column-wise operation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from eroica.models.columns import KIND_CODE, Columns
 from eroica.models.digest import INTERIOR, FnRows, InFlightRows, RankRows, WindowDigest
 
-from .grouping import (dense_ids, group_count, group_max, group_min, group_quantiles, group_sum,
-                       group_weighted_median)
-from .intervals import exclusive_time
+from .grouping import (dense_ids, dense_ids_only, group_count, group_max, group_min, group_quantiles, group_sorted,
+                       group_sum, group_weighted_median, sorted_quantiles)
+from .intervals import exclusive_time, exclusive_time_on_axis, on_axis
 
 K_KERNEL = KIND_CODE["kernel"]
 K_MEMCPY = KIND_CODE["memcpy"]
@@ -34,6 +35,7 @@ _LEVEL_OF_KIND[K_KERNEL] = 0
 _LEVEL_OF_KIND[K_MEMCPY] = 1
 _LEVEL_OF_KIND[K_COLL] = 2
 HOST_LEVEL = 3
+_LEVEL_OF_KIND_16 = _LEVEL_OF_KIND.astype(np.int16)
 
 # Functions whose own duration is their cost; host spans that enclose GPU work or
 # collectives (python, optimizer) are judged by their exclusive time instead,
@@ -86,87 +88,276 @@ def summarise_fn(fn: Columns, window_end_ns: int | None = None) -> tuple[FnRows,
     Everything here is computed per rank, so the rows of a rank do not depend
     on which other ranks were summarised with it: partitions may split ranks
     any way and the merged digest is the same.
+
+    Its cost is the summariser's (``eroica bench throughput``). Ranks are
+    taken in blocks of about ``_BLOCK_RECORDS`` records, in rank order (so
+    the rows come in the same order as from the whole window): every
+    temporary is then the size of a block, whose memory the next block
+    reuses, where temporaries the size of the window each cost a page fault
+    per 4 KiB (~3 us on a VM: a third of the time), and a block's sorts fit in
+    cache. In a block, records are put in (rank, time) order once (a stable
+    sort, cheap on records that come nearly so, as frames do), which the
+    critical path needs anyway; from it, one more stable sort groups them by
+    (row, step), and the durations of each row are sorted as runs. Groupings
+    that need no order use tables (:func:`.grouping.dense_ids_only`), and sums
+    are taken in record order, so every float is the one a plain
+    ``np.bincount`` over the records gives.
     """
     inflight = _in_flight_rows(fn)
     done = ~fn.arrays["in_flight"]
-    a = dict(fn.arrays) if done.all() else {k: v[done] for k, v in fn.arrays.items()}  # read only: no copy
+    every = bool(done.all())
+    a = {k: fn.arrays[k] if every else fn.arrays[k][done] for k in _FN_COLUMNS}  # read only: no copy
     if not done.any():
         return FnRows(), RankRows(), inflight
-    slot, n_r, _ = dense_ids(a["rank"])  # np.unique(rank, return_inverse=True)'s inverse, without a sort
-    fid, n_f, first = dense_ids(a["fn"], a["stack"])
-    kinds = a["kind"].astype(np.int64)
-
-    dur = a["dur_ns"]
     # Offsets from the window's first event: exclusive time only needs relative positions.
-    start = a["ts_ns"] - a["ts_ns"].min()
-    depth = stack_depths(Columns(fn.type, a, fn.vocab))
-    level = _LEVEL_OF_KIND[kinds]
-    host = level == HOST_LEVEL
-    level = np.where(host, HOST_LEVEL + (depth.max(initial=0) - depth), level)
+    base = int(a["ts_ns"].min())
     # Spans are clipped to the window: what an enclosing frame (a 40 s train_step)
     # covers after the window's end is covered by records of the *next* window,
     # which this one does not see; unclipped, it would all read as host time.
+    clip = None if window_end_ns is None else max(int(window_end_ns) - base, 0)
+    host_level = _host_levels(a["stack"], fn.vocab.get("stack", []))
+    blocks = _rank_blocks(a["rank"], _BLOCK_RECORDS)
+    parts = []
+    for rows in blocks:
+        part = _summarise_ranks({k: a[k][rows] for k in _FN_COLUMNS}, fn.vocab, base, clip, host_level,
+                                single=len(blocks) == 1)
+        if part is None:  # spans that reach past their rank's share of the axis: the whole window at once
+            parts = [_summarise_ranks({k: a[k] for k in _FN_COLUMNS}, fn.vocab, base, clip, host_level, single=True)]
+            break
+        parts.append(part)
+    fns = FnRows(**{k: _joined([p[0][k] for p in parts if p is not None]) for k in FnRows.__struct_fields__})
+    ranks = RankRows(**{k: _joined([p[1][k] for p in parts if p is not None]) for k in RankRows.__struct_fields__})
+    return fns, ranks, inflight
+
+
+def _joined(columns: list[np.ndarray]) -> list[Any]:
+    """The blocks' values of one column as one list (one conversion, not one per block)."""
+    out: list[Any] = (columns[0] if len(columns) == 1 else np.concatenate(columns)).tolist()
+    return out
+
+
+# Records per block of ranks (whole ranks: a block may hold more).
+_BLOCK_RECORDS = 1 << 16
+_FN_COLUMNS = ("rank", "fn", "stack", "kind", "ts_ns", "dur_ns", "step", "node")
+
+
+def _rank_blocks(rank: np.ndarray, target: int) -> list[slice | np.ndarray]:
+    """The records of consecutive ranks, about ``target`` at a time, in rank order; each block in record order.
+
+    A block is a slice where its records are consecutive (frames come rank by
+    rank), an index array otherwise.
+    """
+    if rank.size <= target:
+        return [slice(None)]
+    if bool((rank[1:] >= rank[:-1]).all()):  # rank by rank: cut at the first rank change past each multiple
+        cuts = np.unique(np.searchsorted(rank, rank[target::target], side="left")).tolist()
+        edges = [0, *(c for c in cuts if c > 0), rank.size]
+        return [slice(lo, hi) for lo, hi in zip(edges[:-1], edges[1:])]
+    lo_rank = int(rank.min())
+    shifted = rank - lo_rank if int(rank.max()) - lo_rank < 4 * rank.size else dense_ids_only(rank)[0]
+    counts = np.bincount(shifted)
+    blk_of_rank = np.cumsum(counts) // max(target, 1)
+    blk_of_rank -= blk_of_rank[counts > 0][0]
+    n_blk = int(blk_of_rank[-1]) + 1
+    if n_blk == 1:
+        return [slice(None)]
+    blk = (blk_of_rank.astype(np.uint16) if n_blk <= 1 << 16 else blk_of_rank)[shifted]
+    sizes = np.bincount(blk, minlength=n_blk)
+    bounds = np.concatenate(([0], np.cumsum(sizes)))
+    order = np.argsort(blk, kind="stable")
+    out: list[slice | np.ndarray] = []
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if hi > lo:
+            rows = order[lo:hi]
+            first, last = int(rows[0]), int(rows[-1])
+            out.append(slice(first, last + 1) if last - first == hi - lo - 1 else rows)
+    return out
+
+
+def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base: int, clip: int | None,
+                     host_level: np.ndarray | None,
+                     single: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+    """:func:`summarise_fn`'s rows of the finished records ``a`` of some whole ranks, as the columns of
+    :class:`FnRows` and :class:`RankRows`.
+
+    None (unless ``single``, the whole window) when a span starts past the
+    last clipped end: laid end to end, it would reach into the next rank's
+    share of the axis, which only the whole window reproduces.
+    """
+    slot, n_r = dense_ids_only(a["rank"])  # np.unique(rank, return_inverse=True)'s inverse, without a sort
+    fid, _ = dense_ids_only(a["fn"], a["stack"])
+    kinds = a["kind"]
+    dur = a["dur_ns"]
+    start = a["ts_ns"] - base
+    level = _LEVEL_OF_KIND_16[kinds]
+    if host_level is not None:
+        level = np.where(level == HOST_LEVEL, host_level[a["stack"]], level)
     end = start + dur
-    if window_end_ns is not None:
-        end = np.minimum(end, max(int(window_end_ns) - int(a["ts_ns"].min()), 0))
-    excl = exclusive_time(slot, start, np.maximum(end, start), level, int(end.max()) + 1)
+    if clip is not None:
+        np.minimum(end, clip, out=end)
+    span = int(end.max()) + 1
+    if not single and int(start.max()) >= span:
+        return None
+    np.maximum(end, start, out=end)
+    axis = on_axis(slot, start, end, span)
+    order: np.ndarray | None = None
+    if axis is None:
+        excl = exclusive_time(slot, start, end, level, span)
+    else:
+        order = np.argsort(axis[0], kind="stable")  # (rank, start): shared with the grouping below
+        excl = exclusive_time_on_axis(axis[0], axis[1], level, order)
+    del end, level, axis
 
     # Whole steps: a rank's first and last step in the window may be cut by its
     # edges; they become one row each ("edge" rows, summed with their other part
     # by the detector), every step between them is complete ("interior").
-    steps_ = a["step"].astype(np.int64)
+    steps_ = a["step"].astype(np.int64, copy=False)
     lo_step = np.full(n_r, np.iinfo(np.int64).max)
     hi_step = np.full(n_r, np.iinfo(np.int64).min)
     np.minimum.at(lo_step, slot, steps_)
     np.maximum.at(hi_step, slot, steps_)
-    edge = (steps_ == lo_step[slot]) | (steps_ == hi_step[slot])
+    edge = steps_ == lo_step[slot]
+    edge |= steps_ == hi_step[slot]
     part = np.where(edge, steps_, INTERIOR)
+    del edge
 
-    cell, n_cells, cell_first = dense_ids(slot, fid, part)
-    count = group_count(cell, n_cells)
+    cell, n_cells = dense_ids_only(slot, fid, part)
     total = group_sum(cell, dur, n_cells)
     excl_sum = group_sum(cell, excl, n_cells)
-    q = group_quantiles(cell, dur, n_cells, (0.5, 0.9, 0.99))
+    g = _RowSteps(cell, n_cells, steps_, order)
+    sv, count, starts = group_sorted(cell, dur, n_cells, g.perm)
+    q = sorted_quantiles(sv, count, starts, (0.5, 0.9, 0.99))
 
     # Per-step cost, then its median over the row's steps: one-off spikes do not move it.
-    own = np.isin(kinds, _OWN_DURATION_KINDS)
-    cost = np.where(own, dur, excl)
-    step_ids, n_cs, step_first = dense_ids(cell, steps_)
     # The low quantile is what the function costs in its best steps: a level a
     # regression that starts inside the window moves only once >= 95% of the
     # window's steps are past it (the job's history compares it, regression.py).
-    per_step, low = group_quantiles(cell[step_first], group_sum(step_ids, cost, n_cs), n_cells, (0.5, LOW_Q))
-    fn_steps = group_count(cell[step_first], n_cells)
+    cost = np.where(_own_duration(kinds), dur, excl)
+    step_cost = g.sums(cost)
+    del cost
+    sv, count_s, starts_s = group_sorted(g.step_cell, step_cost, n_cells, grouped=True)
+    per_step, low = sorted_quantiles(sv, count_s, starts_s, (0.5, LOW_Q))
+    fn_steps = count_s.astype(np.int64, copy=False)
+    rows = np.minimum.reduceat(g.perm, starts)  # each row's first record (dense_ids' representative)
+    del g, sv
 
     # Step span per rank and step: first start to last end of the step's records.
     rs_ids, n_rs, rs_first = dense_ids(slot, steps_)
     lo = np.full(n_rs, np.iinfo(np.int64).max)
     hi = np.full(n_rs, np.iinfo(np.int64).min)
     np.minimum.at(lo, rs_ids, start)
-    np.maximum.at(hi, rs_ids, start + dur)
+    start += dur
+    np.maximum.at(hi, rs_ids, start)
     rp_ids, n_rp, rp_first = dense_ids(slot[rs_first], part[rs_first])
     step_time = group_quantiles(rp_ids, (hi - lo).astype(np.float64), n_rp, (0.5,))[0]
     rank_steps = group_count(rp_ids, n_rp)
-    base = int(a["ts_ns"].min())
     rp_lo = group_min(rp_ids, lo.astype(np.float64), n_rp)
     rp_hi = group_max(rp_ids, hi.astype(np.float64), n_rp)
     rp_rows = rs_first[rp_first]
 
-    rows = cell_first
-    fn_vocab, stack_vocab = np.asarray(fn.vocab["fn"], dtype=object), np.asarray(fn.vocab["stack"], dtype=object)
-    fns = FnRows(
-        rank=a["rank"][rows].tolist(), fn=fn_vocab[a["fn"][rows]].tolist(),
-        stack=stack_vocab[a["stack"][rows]].tolist() if len(stack_vocab) else [""] * rows.size,
-        kind=kinds[rows].tolist(), count=count.tolist(), total_ns=total.tolist(), excl_ns=excl_sum.tolist(),
-        median_ns=q[0].tolist(), p90_ns=q[1].tolist(), p99_ns=q[2].tolist(), per_step_ns=per_step.tolist(),
-        step=part[rows].tolist(), steps=fn_steps.tolist(), low_ns=low.tolist(),
-    )
-    node_vocab = np.asarray(fn.vocab["node"], dtype=object)
-    rank_rows = RankRows(rank=a["rank"][rp_rows].tolist(), node=node_vocab[a["node"][rp_rows]].tolist(),
-                         steps=rank_steps.tolist(), step_time_ns=step_time.tolist(), step=part[rp_rows].tolist(),
-                         start_ns=(rp_lo.astype(np.int64) + base).tolist(),
-                         end_ns=(rp_hi.astype(np.int64) + base).tolist())
-    return fns, rank_rows, inflight
+    fn_vocab, stack_vocab = np.asarray(vocab["fn"], dtype=object), np.asarray(vocab["stack"], dtype=object)
+    fn_cols = {
+        "rank": _int_objects(a["rank"], slot, n_r)[slot[rows]], "fn": fn_vocab[a["fn"][rows]],
+        "stack": stack_vocab[a["stack"][rows]] if len(stack_vocab) else np.full(rows.size, "", dtype=object),
+        "kind": kinds[rows], "count": count, "total_ns": total, "excl_ns": excl_sum, "median_ns": q[0],
+        "p90_ns": q[1], "p99_ns": q[2], "per_step_ns": per_step, "step": part[rows], "steps": fn_steps, "low_ns": low,
+    }
+    node_vocab = np.asarray(vocab["node"], dtype=object)
+    rank_cols = {"rank": a["rank"][rp_rows], "node": node_vocab[a["node"][rp_rows]], "steps": rank_steps,
+                 "step_time_ns": step_time, "step": part[rp_rows], "start_ns": rp_lo.astype(np.int64) + base,
+                 "end_ns": rp_hi.astype(np.int64) + base}
+    return fn_cols, rank_cols
+
+
+class _RowSteps:
+    """The records grouped by (row, step), from one stable sort.
+
+    ``perm`` puts records in (row, step) order: a row's records are one run,
+    as :func:`.grouping.group_sorted` wants them, and so are those of each
+    (row, step). ``order`` (records in (rank, time) order, or None) makes the
+    sort cheap: rows are rank-major, so it leaves short runs to merge.
+    Within a (row, step) records are in ``order``'s order, not in record
+    order: :meth:`sums` gives the sums of record order all the same.
+    """
+
+    def __init__(self, cell: np.ndarray, n_cells: int, steps: np.ndarray, order: np.ndarray | None) -> None:
+        n = cell.size
+        s_lo = int(steps.min())
+        width = int(steps.max()) - s_lo + 1
+        if n_cells * width < 2**62:
+            key = cell.astype(np.int64)
+            key *= width
+            key += steps
+            key -= s_lo
+        else:  # step numbers too far apart to pack: (row, step) ids in key order
+            key, _, _ = dense_ids(cell, steps)
+        if order is not None:
+            key = key[order]
+            p = np.argsort(key, kind="stable")
+            self.perm = order[p]
+            key = key[p]
+        else:
+            self.perm = np.argsort(key, kind="stable")
+            key = key[self.perm]
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.not_equal(key[1:], key[:-1], out=new[1:])
+        self._new = new
+        self.step_start = np.flatnonzero(new)                              # first position of each (row, step)
+        self.step_cell = cell[self.perm[self.step_start]]                   # the row of each (row, step)
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """Per (row, step), the float sum of its records' integer ``values``: ``np.bincount``'s.
+
+        While no sum can reach 2**53 every partial sum is an exact integer, in
+        any order: the sums are taken in integers over the runs (``reduceat``).
+        Otherwise they are taken in record order, as ``np.bincount`` over the
+        records would.
+        """
+        bound = max(abs(int(values.max())), abs(int(values.min())))
+        if bound * values.size < 2**53:
+            out: np.ndarray = np.add.reduceat(values[self.perm], self.step_start).astype(np.float64)
+            return out
+        ids = np.empty(self.perm.size, dtype=np.int64)
+        ids[self.perm] = np.cumsum(self._new) - 1
+        return np.bincount(ids, weights=values.astype(np.float64), minlength=self.step_start.size)
+
+
+def _host_levels(stack: np.ndarray, stack_vocab: list[str]) -> np.ndarray | None:
+    """Critical-path level of a host span per stack of the vocabulary (deeper first); None without stacks.
+
+    Depths are those of the stack vocabulary (one per distinct stack, not one
+    per record); the deepest stack any record has sets where host levels start.
+    """
+    if not len(stack_vocab):
+        return None
+    depth = np.fromiter((s.count(";") + 1 if s else 0 for s in stack_vocab), dtype=np.int64, count=len(stack_vocab))
+    used = np.zeros(depth.size, dtype=bool)
+    used[stack] = True
+    out: np.ndarray = HOST_LEVEL + (int(depth[used].max(initial=0)) - depth)
+    # Levels only order the work: narrow, they cost less memory (one window-sized array each).
+    return out.astype(np.int16) if int(out.max(initial=0)) < 1 << 15 else out
+
+
+# Kinds judged by their own duration, as a table over the int8 kind codes (indexed as uint8).
+_OWN_OF_CODE = np.zeros(256, dtype=bool)
+_OWN_OF_CODE[np.asarray(_OWN_DURATION_KINDS, dtype=np.int8).view(np.uint8)] = True
+
+
+def _own_duration(kinds: np.ndarray) -> np.ndarray:
+    """``np.isin(kinds, _OWN_DURATION_KINDS)``: a table lookup for int8 codes (a new array either way)."""
+    if kinds.dtype == np.int8:
+        out: np.ndarray = _OWN_OF_CODE[kinds.view(np.uint8)]
+        return out
+    return np.isin(kinds, _OWN_DURATION_KINDS)
+
+
+def _int_objects(values: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
+    """Per dense id, its (shared) value as a Python int in an object array: lists of many repeated ints then cost
+    a gather, not an int object per row."""
+    per_id = np.zeros(n, dtype=np.int64)
+    per_id[ids] = values
+    return np.array(per_id.tolist(), dtype=object)
 
 
 def _in_flight_rows(fn: Columns) -> InFlightRows:
