@@ -57,6 +57,11 @@ VICTIM_MARGIN = 0.005    # victims wait >= 0.5% of a step longer than the culpri
 # rank drew long delays in two of three steps look like a straggler (measured: such
 # ranks' lateness z 0-3, real stragglers' 5-90 on the tuning seeds).
 LATE_Z = 3.0
+# ... judged only against at least this many other ranks: the spread (MAD) of fewer values is
+# set by one noisy peer (of three, the middle absolute deviation), and the trap it guards
+# against is a multiple-comparison one that grows with the ranks (the likeliest of many
+# noisy ranks to draw long delays twice); a 4-rank job keeps the plain "waits less" test.
+MIN_LATENESS_PEERS = 8
 
 
 def detect_window(window: JobWindow, detected_at_ns: int = 0) -> list[Verdict]:
@@ -331,8 +336,9 @@ def _paces_others(f: Finding, p: Patterns, roles: dict[int, np.ndarray], waits: 
     is compared with the other ranks' (median and MAD: a node's eight culprits
     must not widen the spread they are judged against), floored at 0.1% of a step
     like the peer test, so perfectly regular peers do not make any lead significant.
-    A job without collective waiting (no collectives, one rank per role) keeps the
-    finding: the waits cannot speak there.
+    A job without collective waiting (no collectives, one rank per role), or with
+    fewer than :data:`MIN_LATENESS_PEERS` other ranks, keeps the finding: the
+    waits cannot speak there.
     """
     if waits.size != p.ranks.size or not np.any(waits > VICTIM_MARGIN * step_ns):
         return True
@@ -344,6 +350,8 @@ def _paces_others(f: Finding, p: Patterns, roles: dict[int, np.ndarray], waits: 
     if not culprit.any() or culprit.all():
         return True
     rest = late[~culprit]
+    if rest.size < MIN_LATENESS_PEERS:
+        return True
     med = float(np.median(rest))
     scale = max(MAD_TO_SIGMA * float(np.median(np.abs(rest - med))), 0.001 * step_ns)
     z = (float(np.median(late[culprit])) - med) / scale
