@@ -15,7 +15,7 @@ def bench() -> None:
 
 @bench.command()
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Tuning seeds 1..N (and, with --holdout, held-out seeds 5001..5000+N).")
+              help="Tuning seeds 1..N (and, with --holdout, held-out seeds 6001..6000+N).")
 @click.option("--scale", "scales", type=click.Choice(["small", "medium"]), multiple=True,
               help="Scale(s) to run (default: both).")
 @click.option("--profile", "profiles", type=click.Choice(["default", "realistic"]), multiple=True,
@@ -209,6 +209,85 @@ def edge(nodes: int, gpus: int, steps: int | None, profile: str, seed: int, faul
         if json_path:
             Path(json_path).write_bytes(to_json(result))
     if not result["same_verdict_ids"]:
+        sys.exit(1)
+
+
+@bench.command("live")
+@click.option("--ranks", "ranks", type=click.IntRange(min=1), multiple=True,
+              help="Ranks of the job (8 GPUs per node) [default: 1024]. Repeat for a ladder: runs in order, "
+                   "stops at the first size that falls behind.")
+@click.option("--steps", type=click.IntRange(min=4), default=None,
+              help="Training steps [default: enough for --windows windows].")
+@click.option("--windows", type=click.FloatRange(min=3.0), default=8.0, show_default=True,
+              help="Length of the run in windows, when --steps is not given.")
+@click.option("--window-s", type=click.FloatRange(min=1.0), default=None,
+              help="EROICA_WINDOW_S for the stack [default: the environment's, else 30 s].")
+@click.option("--fault", default=None, help="Simulator fault, without start= [default: gpu_throttle:rank=2N/3+1].")
+@click.option("--fault-at", type=click.FloatRange(min=1.0), default=3.5, show_default=True,
+              help="Fault onset, in windows from the run's first window start.")
+@click.option("--profile", type=click.Choice(["default", "realistic"]), default="default", show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--broker", type=click.Choice(["tansu", "kafka"]), default="tansu", show_default=True,
+              help="Broker `eroica up` starts (kafka: Apache Kafka from the installed jars).")
+@click.option("--drain-s", type=click.FloatRange(min=1.0), default=120.0, show_default=True,
+              help="How long the pipeline may take to drain once the replay ended.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Also write the results as JSON to this file.")
+@click.option("--work-dir", type=click.Path(file_okay=False), default=None,
+              help="Keep the stack's logs here (default: a temporary directory, removed; the input is always removed).")
+def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: float | None, fault: str | None,
+         fault_at: float, profile: str, seed: int, broker: str, drain_s: float, fmt: str, json_path: str | None,
+         work_dir: str | None) -> None:
+    """A simulated job replayed at its real event rate through `eroica up`: does the stack keep up?
+
+    \b
+    Every record the simulator emits is released when its event time comes
+    (shifted to now); meanwhile, every second: records published against
+    records summarised (lag), digests sent against digests analysed, committed
+    offsets, CPU seconds and memory per process (broker, summariser, detector,
+    sink, supervisor, the replay itself), and the verdicts in ClickHouse.
+    Reports drops and dead letters (must be 0), the fault-to-verdict delay in
+    seconds and windows, and whether the stack keeps up (exit 1 when not).
+    See eroica/bench/live.py.
+
+    \b
+    Examples:
+      eroica bench live --ranks 1024
+      eroica bench live --ranks 1024 --ranks 2048 --ranks 4096 --windows 6 --json live.json
+      EROICA_WINDOW_S=4 eroica bench live --ranks 16 --windows 6 --format json
+    """
+    from pathlib import Path
+
+    from eroica.bench.live import LiveConfig, format_table, run_ladder, to_json
+
+    def progress(msg: str) -> None:
+        if sys.stderr.isatty() or fmt == "table":
+            print(f"  {msg}", file=sys.stderr, flush=True)
+
+    results: list[dict] = []
+
+    def report(r: dict) -> None:
+        results.append(r)
+        if fmt == "table":
+            print(format_table(r), flush=True)
+            print(flush=True)
+
+    try:
+        base = LiveConfig(ranks=(ranks or (1024,))[0], steps=steps, windows=windows, window_s=window_s, fault=fault,
+                          fault_at=fault_at, profile=profile, seed=seed, broker=broker, drain_s=drain_s,
+                          work_dir=Path(work_dir) if work_dir else None, progress=progress)
+        run_ladder(base, ranks or (1024,), lambda _n: steps, report)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    doc = results[0] if len(results) == 1 else {"runs": results}
+    if fmt == "json":
+        sys.stdout.buffer.write(to_json(doc))
+    if json_path:
+        Path(json_path).write_bytes(to_json(doc))
+    if not results or not results[-1]["keeps_up"]:
         sys.exit(1)
 
 

@@ -75,6 +75,7 @@ class ReplayResult:
     messages: int = 0  # messages published (frames, job records, markers, digests...)
     message_bytes: int = 0  # their value + key bytes, before compression
     late_records: int = 0  # digest mode: records a node's digester found late (in no digest; none for ordered input)
+    behind_s: float = 0.0  # clock pacing: the most a frame went out after its release time (0: kept real time)
 
     @property
     def delivered_records(self) -> int | None:
@@ -129,6 +130,37 @@ class _Pacer:
         while True:
             ahead = self.start + self.sent / self.rate - time.monotonic()
             if ahead <= 0:
+                return
+            self.publisher.poll(min(ahead, 0.05))
+
+
+class _ClockPacer:
+    """Releases each frame once the wall clock reaches its newest record's event time plus ``offset_ns``.
+
+    A live collector sends a record only after it happened: replaying a file
+    this way puts the stream processors under a job's real event rate (every
+    record, in time order, at the moment it occurred), which a records/s rate
+    cannot do once the rate varies through the run. ``offset_ns`` maps event
+    time to ``time.time_ns()``; ``behind_s`` keeps the worst lateness, so a
+    replay that could not keep real time (a broker or reader too slow) says so.
+    It also counts a key's remainder that the framing held back until the
+    next batch was read (at most ``MAX_LAG_NS``, as a live collector may).
+    """
+
+    def __init__(self, offset_ns: int, publisher: FramePublisher,
+                 clock: Callable[[], int] = time.time_ns) -> None:
+        self.offset_ns = offset_ns
+        self.publisher = publisher
+        self.clock = clock
+        self.behind_s = 0.0
+
+    def before(self, newest_ns: int) -> None:
+        """Wait (serving delivery reports) until a frame whose newest record is ``newest_ns`` may go."""
+        release = newest_ns + self.offset_ns
+        while True:
+            ahead = (release - self.clock()) / 1e9
+            if ahead <= 0:
+                self.behind_s = max(self.behind_s, -ahead)
                 return
             self.publisher.poll(min(ahead, 0.05))
 
@@ -213,14 +245,20 @@ class _Delivery:
 
 def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None = None, *,
            publisher: FramePublisher | None = None, batch_records: int = DEFAULT_BATCH,
-           create: bool = True, connect_timeout_s: float = 10.0) -> ReplayResult:
+           create: bool = True, connect_timeout_s: float = 10.0,
+           clock_offset_ns: int | None = None) -> ReplayResult:
     """Publish every record of ``paths`` (JSONL, gzip or ``-``); returns the counts.
 
     ``rate`` in records/s paces the replay (None or <= 0: as fast as the broker
-    takes it). A given ``publisher`` is flushed but not closed. ``create``
+    takes it). ``clock_offset_ns`` paces it by event time instead: a frame goes
+    out once ``time.time_ns()`` reaches its newest record's ``ts_ns`` plus the
+    offset (``result.behind_s``: how late the worst one was); not with ``rate``.
+    A given ``publisher`` is flushed but not closed. ``create``
     first checks the broker answers within ``connect_timeout_s`` and creates
     the raw and dead-letter topics with ``config.partitions``.
     """
+    if clock_offset_ns is not None and rate and rate > 0:
+        raise ValueError("pace by rate or by event time (clock_offset_ns), not both")
     result = ReplayResult()
     t0 = time.monotonic()
     if create:
@@ -233,6 +271,7 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
     producer_id = uuid.uuid4().hex[:12]
     keys: dict[str, _KeyState] = {}
     pacer = _Pacer(rate, pub)
+    clock = None if clock_offset_ns is None else _ClockPacer(clock_offset_ns, pub)
     frames = FrameAccumulator(config.frame_records, max_lag_ns=MAX_LAG_NS)
     last_start: dict[tuple[str, str], int] = {}
 
@@ -241,6 +280,9 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
         if state is None:
             state = keys[frame.key] = _KeyState(frame.job, frame.rank, frame.node)
         n = len(frame.cols)
+        if clock is not None:
+            clock.before(int(frame.cols.arrays["ts_ns"].max()))
+            result.behind_s = clock.behind_s
         value = encode_frame(frame.cols, {"seq": state.frames, "producer": producer_id})
         result.messages += 1
         result.message_bytes += len(value) + len(frame.key)

@@ -199,3 +199,79 @@ def test_replay_against_a_broker_killed_midway_reports_what_was_delivered(tmp_pa
     assert m, err
     delivered, sent, missing = map(int, m.groups())
     assert 0 < delivered < 600 and sent == delivered + missing and missing > 0
+
+
+class _Stamping:
+    """A publisher without a broker that stamps each message with the wall clock it was handed over at."""
+
+    counts_records = False
+
+    def __init__(self) -> None:
+        from eroica.kafka.publisher import PublisherStats
+
+        self.stats = PublisherStats()
+        self.sent: list[tuple[int, bytes]] = []
+
+    def publish(self, topic: str, value: bytes, key: object = None, **_kw: object) -> bool:
+        self.sent.append((time.time_ns(), value))
+        self.stats.produced += 1
+        self.stats.delivered += 1
+        return True
+
+    def poll(self, timeout_s: float = 0.0) -> int:
+        time.sleep(timeout_s)
+        return 0
+
+    def flush(self, timeout_s: float = 0.0) -> int:
+        return 0
+
+
+def test_replay_paced_by_event_time_sends_no_frame_before_its_newest_record(tmp_path: Path) -> None:
+    """Event time + offset is when a frame may go: none early, the last one ~1.2 s after the first record."""
+    from eroica.kafka.config import KafkaConfig
+
+    span_ns = 1_200_000_000
+    lines: list[dict] = [{"type": "job", "job": "jT", "world_size": 2, "rank_nodes": ["n0", "n0"]}]
+    for i in range(240):  # 2 ranks, a record every 10 ms of event time each
+        lines.append({"type": "fn", "job": "jT", "node": "n0", "rank": i % 2, "step": i // 20, "fn": "aten::mm",
+                      "kind": "kernel", "ts_ns": 10**12 + i * span_ns // 240, "dur_ns": 1000})
+    src = _write(tmp_path / "clock.jsonl", lines, malformed_at=None)
+    pub = _Stamping()
+    start = time.time_ns()
+    offset = start + 200_000_000 - 10**12  # the first record "happens" 0.2 s from now
+    result = replay([src], KafkaConfig(bootstrap="unused:1", frame_records=10), publisher=pub,  # type: ignore[arg-type]
+                    create=False, clock_offset_ns=offset)
+
+    frames = [(at, decode_frame(v)[0]) for at, v in pub.sent if frame_kind(v) == COLUMNS]
+    assert sum(len(c) for _, c in frames) == result.records == 240
+    for at, cols in frames:
+        assert at >= int(cols.arrays["ts_ns"].max()) + offset  # never before its newest record happened
+    last_release = 10**12 + 239 * span_ns // 240 + offset
+    assert frames[-1][0] - last_release < 300_000_000 and result.behind_s < 0.3
+    assert time.time_ns() - start >= 200_000_000 + 239 * span_ns // 240
+
+
+def test_clock_pacer_records_how_late_a_frame_went_out() -> None:
+    from eroica.producers.replay import _ClockPacer
+
+    now = [5_000_000_000]
+    pub = _Stamping()
+    pacer = _ClockPacer(1_000_000_000, pub, clock=lambda: now[0])  # type: ignore[arg-type]
+    pacer.before(3_500_000_000)  # release at 4.5 s, now 5 s: 0.5 s late, no wait
+    assert pacer.behind_s == 0.5
+    pacer.before(3_900_000_000)  # 0.1 s late: the worst stays
+    assert pacer.behind_s == 0.5
+
+    def advance(timeout_s: float) -> int:
+        now[0] += int(timeout_s * 1e9) + 1
+        return 0
+
+    pub.poll = advance  # type: ignore[method-assign]
+    pacer.before(4_200_000_000)  # release at 5.2 s: waits for the clock
+    assert now[0] >= 5_200_000_000 and pacer.behind_s == 0.5
+    try:
+        replay([], None, rate=10.0, clock_offset_ns=0, create=False, publisher=pub)  # type: ignore[arg-type]
+    except ValueError as exc:
+        assert "not both" in str(exc)
+    else:
+        raise AssertionError("rate and clock pacing together must be refused")
