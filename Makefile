@@ -20,8 +20,9 @@ kafka:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[stream,sink,import,test,gpu,fuzz]'
+	$(PY) -m pip install -q -e '.[stream,sink,import,test,gpu,fuzz,fast]'
 	$(PY) -m pip install -q torch==2.13.0  # the tracer's tests (CPU wheel on these machines; not an extra: torch>=2.1 would pick 2.14)
+	$(PY) -c 'from eroica.models import fastjson; fastjson.warm()'  # compile the scanner once, into its cache
 	touch $@
 
 demo: setup

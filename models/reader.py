@@ -14,12 +14,14 @@ import io
 import sys
 import zlib
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 import msgspec
 import numpy as np
 
+from . import fastjson
 from .columns import Columns, from_records
 from .limits import MAX_DEPTH, LimitError, check_json, failure_reason
 from .records import FnRecord, GpuRecord, HostRecord, JobRecord, NicRecord, Record
@@ -221,7 +223,13 @@ def read_batches(
             failure.append(Invalid(name, lineno + 1, f"unreadable input: {exc}", b""))
 
     try:
-        yield from parse_blocks(blocks(), name, batch_records, max_line_bytes)
+        size = 0  # a plain file's size tells the scanner up front whether loading it will pay
+        if stream is not sys.stdin.buffer and not isinstance(stream, gzip.GzipFile):
+            try:
+                size = Path(path).stat().st_size
+            except OSError:
+                pass
+        yield from parse_blocks(blocks(), name, batch_records, max_line_bytes, expected_bytes=size)
         if failure:
             yield Batch(invalid=failure)
     finally:
@@ -337,31 +345,67 @@ def parse_blocks(
     source: str = "<input>",
     batch_records: int = DEFAULT_BATCH,
     max_line_bytes: int = DEFAULT_MAX_LINE,
+    expected_bytes: int = 0,
 ) -> Iterator[Batch]:
     """:func:`parse_lines` over :func:`iter_blocks`: the same batches, a block at once where it can.
 
-    A block whose every line is one valid record is decoded in one call
-    (:func:`decode_block`); any other block goes line by line exactly as
-    :func:`parse_lines` does (same reasons, same dead letters, same batch
-    boundaries).
+    Three ways for a block, the first that can answer: the compiled scanner
+    (:func:`fastjson.scan_chunk`, straight to columns, no Python object per
+    record; used once the input is large enough to pay for loading it), one
+    typed ``decode_lines`` call (:func:`decode_block`), or line by line
+    exactly as :func:`parse_lines` does (same reasons, same dead letters).
+    The first two only answer for a block whose every line is one valid
+    record, so all three give the same batches (same boundaries, records,
+    columns, rejects).
     """
-    records: list[Record] = []
+    parts: list[list[Record] | tuple[fastjson.ChunkColumns, int, int]] = []
+    records: list[Record] = []  # the last part, while it is a list of decoded records
+    pending = 0  # records in parts (rejects are counted from `invalid`)
     invalid: list[Invalid] = []
     invalid_bytes = 0
+    seen_bytes = 0
+
+    def take(items: list[Record]) -> None:
+        nonlocal records, pending
+        if not parts or records is not parts[-1]:
+            records = []
+            parts.append(records)
+        records.extend(items)
+        pending += len(items)
+
+    def flush() -> Batch:
+        nonlocal parts, records, pending, invalid, invalid_bytes
+        batch = _flush_parts(parts, invalid)
+        parts, records, pending, invalid, invalid_bytes = [], [], 0, [], 0
+        return batch
+
     for block in blocks:
-        decoded = decode_block(block) if block.joined is not None else None
+        joined = block.joined
+        if joined is not None:
+            seen_bytes += len(joined) + 1
+            chunk = fastjson.scan_chunk(joined, block.count) if fastjson.worth_it(max(seen_bytes, expected_bytes)) else None
+            if chunk is not None:
+                lo, n = 0, len(chunk)
+                while lo < n:
+                    hi = min(n, lo + max(1, batch_records - pending - len(invalid)))
+                    parts.append((chunk, lo, hi))
+                    pending += hi - lo
+                    lo = hi
+                    if pending + len(invalid) >= batch_records:
+                        yield flush()
+                continue
+        decoded = decode_block(block) if joined is not None else None
         if decoded is not None:
             while decoded:
-                room = max(1, batch_records - len(records) - len(invalid))
+                room = max(1, batch_records - pending - len(invalid))
                 if room >= len(decoded):
-                    records.extend(decoded)
+                    take(decoded)
                     decoded = []
                 else:
-                    records.extend(decoded[:room])
+                    take(decoded[:room])
                     decoded = decoded[room:]
-                if len(records) + len(invalid) >= batch_records:
-                    yield _flush_mixed(records, invalid)
-                    records, invalid, invalid_bytes = [], [], 0
+                if pending + len(invalid) >= batch_records:
+                    yield flush()
             continue
         for lineno, raw in enumerate(block.lines, block.first):
             if raw is None:
@@ -375,12 +419,40 @@ def parse_blocks(
                     invalid.append(Invalid(source, lineno, reason_of(exc, raw), bytes(raw)))
                     invalid_bytes += len(raw)
                 else:
-                    records.append(rec)
-            if len(records) + len(invalid) >= batch_records or invalid_bytes >= MAX_INVALID_BYTES:
-                yield _flush_mixed(records, invalid)
-                records, invalid, invalid_bytes = [], [], 0
-    if records or invalid:
-        yield _flush_mixed(records, invalid)
+                    if parts and records is parts[-1]:
+                        records.append(rec)
+                        pending += 1
+                    else:
+                        take([rec])
+            if pending + len(invalid) >= batch_records or invalid_bytes >= MAX_INVALID_BYTES:
+                yield flush()
+    if pending or invalid:
+        yield flush()
+
+
+def _flush_parts(parts: list[list[Record] | tuple[fastjson.ChunkColumns, int, int]],
+                 invalid: list[Invalid]) -> Batch:
+    """A batch from its parts in input order: decoded records and rows of scanned chunks."""
+    if all(isinstance(p, list) for p in parts):  # no scanned chunk: exactly the decoded records' path
+        lists: list[list[Record]] = parts  # type: ignore[assignment]  # every part is a list here
+        return _flush_mixed(lists[0] if len(lists) == 1 else list(chain.from_iterable(lists)), invalid)
+    per_tag: dict[str, list[fastjson.Part]] = {tag: [] for tag in _TAG_OF.values()}
+    jobs: list[JobRecord] = []
+    for part in parts:
+        if isinstance(part, list):
+            decoded = _flush_mixed(part, [])
+            jobs += decoded.jobs
+            for tag, part_cols in decoded.columns.items():
+                per_tag[tag].append(part_cols)
+        else:
+            for tag in per_tag:
+                per_tag[tag].append(part)
+    cols: dict[str, Columns] = {}
+    for tag, tag_parts in per_tag.items():
+        merged = fastjson.merge(tag, tag_parts)
+        if merged is not None:
+            cols[tag] = merged
+    return Batch(cols, jobs, invalid)
 
 
 def read_merged(paths: list[str | Path], batch_records: int = DEFAULT_BATCH) -> Iterator[Batch]:
