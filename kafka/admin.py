@@ -24,8 +24,9 @@ from typing import Any
 
 from .client import admin_conf
 from .config import KafkaConfig
+from eroica.models.limits import MAX_VERDICT_BYTES
 
-__all__ = ["BrokerError", "admin_client", "wait_for_broker", "create_topics", "ensure_topics", "EndOffsets",
+__all__ = ["BrokerError", "LARGE_MESSAGES", "admin_client", "wait_for_broker", "create_topics", "ensure_topics", "EndOffsets",
            "legacy_topics_with_data"]
 
 log = logging.getLogger("eroica.kafka")
@@ -74,6 +75,12 @@ def wait_for_broker(target: str | KafkaConfig, timeout_s: float = DEFAULT_WAIT_S
             last = exc
             time.sleep(0.05)
     raise BrokerError(f"no Kafka broker answered a metadata request at {bootstrap} within {timeout_s:.0f} s: {last}")
+
+
+# Topic config for Eroica's own topics: a job window's window summaries and a partition's digest
+# grow with the job's ranks (~6.3 and ~11 KB a rank: `eroica bench live`) past Kafka's default
+# 1 MiB `message.max.bytes` at ~160 ranks; the sink's bound on such a message is the ceiling.
+LARGE_MESSAGES = {"max.message.bytes": str(MAX_VERDICT_BYTES)}
 
 
 def create_topics(target: str | KafkaConfig, topics: Mapping[str, int], timeout_s: float = 15.0,

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from eroica.kafka.admin import BrokerError, create_topics, wait_for_broker
+from eroica.kafka.admin import LARGE_MESSAGES, BrokerError, create_topics, wait_for_broker
 from eroica.kafka.config import KafkaConfig
 from eroica.runtime.state import read_state, remove_state, write_state
 from eroica.runtime.system import free_port, pid_alive
@@ -336,7 +336,8 @@ class LocalStack:
             return None
         base = os.environ if self.env is None else self.env
         return {"retention.ms": str(int(base.get("EROICA_KAFKA_RETENTION_MS") or 6 * 3600 * 1000)),
-                "retention.bytes": str(int(base.get("EROICA_KAFKA_RETENTION_BYTES") or 256 * 1024 * 1024))}
+                "retention.bytes": str(int(base.get("EROICA_KAFKA_RETENTION_BYTES") or 256 * 1024 * 1024)),
+                **LARGE_MESSAGES}
 
     def _child_env(self, name: str, port: int) -> dict[str, str]:
         env = dict(os.environ if self.env is None else self.env)

@@ -201,3 +201,22 @@ def test_sigterm_stops_a_worker_whose_broker_is_gone(tmp_path, kafka_names) -> N
         w.wait_ready()
     code, took = w.stop(timeout_s=20)
     assert took < 3 + 3, (code, took, w.log_tail())
+
+
+def test_messages_that_grow_with_the_job_fit_the_producer_and_the_topics(tmp_path, monkeypatch) -> None:
+    """A 1,024-rank job window's window summaries are ~6.5 MB: faust's 1,000,000-byte default refused
+    them (eroica bench live), so the workers raise the producer's bound to the sink's, and the topics of
+    a broker the stack runs take as much."""
+    from eroica.kafka.admin import LARGE_MESSAGES
+    from eroica.models.limits import MAX_VERDICT_BYTES
+    from eroica.stack.local import LocalStack
+    from eroica.streams.faust.settings import WorkerSettings
+    from eroica.streams.faust.workers import build_app
+
+    monkeypatch.delenv("PRODUCER_MAX_REQUEST_SIZE", raising=False)
+    monkeypatch.setenv("EROICA_DATA_DIR", str(tmp_path))
+    app = build_app("summariser", WorkerSettings.from_env(), KafkaConfig.from_env(), None)
+    assert app.conf.producer_max_request_size == MAX_VERDICT_BYTES > 6_500_000
+    assert LARGE_MESSAGES == {"max.message.bytes": str(MAX_VERDICT_BYTES)}
+    config = LocalStack(tmp_path / "stack", env={}).topic_config()
+    assert config is not None and config["max.message.bytes"] == str(MAX_VERDICT_BYTES)

@@ -23,8 +23,8 @@ from typing import Any, Iterable
 import faust
 
 from eroica.models.reader import Invalid
-from eroica.models.limits import failure_reason
-from eroica.kafka.admin import EndOffsets
+from eroica.models.limits import MAX_VERDICT_BYTES, failure_reason
+from eroica.kafka.admin import LARGE_MESSAGES, EndOffsets
 from eroica.kafka.client import faust_broker_kwargs
 from eroica.kafka.config import KafkaConfig
 from eroica.kafka.deadletter import encode_deadletter
@@ -93,6 +93,10 @@ def build_app(role: str, settings: WorkerSettings, config: KafkaConfig, web_port
         web_port=web_port or 6066,
         worker_redirect_stdouts=False,
         producer_linger=0.005,
+        # A job window's window summaries (~6.3 KB a rank) and a partition's digest (~11 KB a rank
+        # on it) pass faust's 1,000,000-byte default at ~160 ranks (`eroica bench live`: 256 ranks
+        # failed, 1,024 crash-looped); the sink's own bound on such a message is the ceiling.
+        producer_max_request_size=int(os.environ.get("PRODUCER_MAX_REQUEST_SIZE") or MAX_VERDICT_BYTES),
     )
 
 
@@ -456,7 +460,7 @@ def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig |
     try:
         wait_for_broker(config, timeout_s=connect_timeout_s)
         broker = broker_kind(config)
-        create_topics(config, topics_for(role, config, app_id))
+        create_topics(config, topics_for(role, config, app_id), config=LARGE_MESSAGES)
         store = resolve_store(settings.state_store, broker)
         if role == "detector":
             names, topic_config = store_topics(store, app_id, config.partitions)
