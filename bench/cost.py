@@ -102,10 +102,9 @@ def job_windows(path: Path, window_ns: int) -> list[tuple[Any, Any, list]]:
     def feed(w) -> None:
         state["meta"] = w.meta or state["meta"]
         state["pending"].append(digest_window(w))
-        jw, carry, used = assemble(state["pending"], state["carry"])
+        jw, carry = assemble(state["pending"], state["carry"])
         if jw is not None:
             analyse(jw)
-        if used:
             state["pending"], state["carry"] = [], carry
 
     for batch in read_batches(path):
@@ -117,8 +116,8 @@ def job_windows(path: Path, window_ns: int) -> list[tuple[Any, Any, list]]:
             feed(w)
     for w in asm.flush():
         feed(w)
-    if state["pending"] or state["carry"] is not None:
-        jw, _, _ = assemble(state["pending"], state["carry"], final=True)
+    if state["pending"]:
+        jw, _ = assemble(state["pending"], state["carry"], final=True)
         if jw is not None:
             analyse(jw)
     return out

@@ -70,48 +70,6 @@ def test_five_minute_steps_give_the_published_cause_at_default_settings(tmp_path
     assert min(v.window_end_ns - v.window_start_ns for v in verdicts) >= 16 * W  # longer than 16 windows: 3 steps
 
 
-def test_steps_longer_than_the_stall_bound_give_the_published_cause(tmp_path, shared_dir):
-    """Steps of ~12 min (the trace re-timed 330x: a 100 s step slowed 7x by a fault), longer than
-    the 8 min stall bound and three of them longer than the 32 min pending bound: the pending
-    windows are compacted into the carry instead of being analysed with one step, so job windows
-    still hold three whole steps and the published cause is found."""
-    out = tmp_path / "st.jsonl"
-    subprocess.run([sys.executable, "-m", "eroica.cli", "import", "optable",
-                    str(shared_dir / "data/stragglers/trace-ST.parquet"), "-o", str(out)], check=True,
-                   capture_output=True)
-    long = tmp_path / "st-12min.jsonl"
-    _retimed(out, long, 330.0)
-    verdicts = list(analyze(read_batches(long), W))
-    assert {v.component for v in verdicts} == {"workload"}
-    assert {v.rank for v in verdicts if v.confidence >= 0.5} == {6, 7}
-    # each job window spans its three steps (~36 min), not just the windows since the last compaction
-    assert min(v.window_end_ns - v.window_start_ns for v in verdicts) >= 64 * W
-
-
-def test_a_stalled_job_window_with_too_few_steps_is_compacted_not_analysed():
-    """No new step for MAX_STALLED_WINDOWS windows and one step held: nothing is analysed, the
-    pending windows become the carry (their edge parts summed per step), and the steps they hold
-    count towards the next job window."""
-    def window(k: int, step: int) -> WindowDigest:
-        d = WindowDigest("j", k * W, (k + 1) * W)
-        d.ranks = RankRows(rank=[0, 1], node=["n", "n"], steps=[1, 1], step_time_ns=[0.0, 0.0], step=[step, step],
-                           start_ns=[k * W] * 2, end_ns=[(k + 1) * W] * 2)
-        return d
-
-    pending = [window(k, 0 if k < 2 else 1) for k in range(3 + MAX_STALLED_WINDOWS)]  # step 1 from window 2
-    job_window, carry, used = assemble(pending[:-1], None)
-    assert (job_window, used) == (None, False)          # not stalled yet: keep waiting
-    job_window, carry, used = assemble(pending, None)
-    assert job_window is None and used and carry is not None
-    assert (carry.start_ns, carry.end_ns) == (0, len(pending) * W)
-    assert sorted(zip(carry.ranks.rank, carry.ranks.step)) == [(0, 0), (0, 1), (1, 0), (1, 1)]  # one row a step
-    more = [window(len(pending) + k, s) for k, s in enumerate([2, 3, 4])]
-    job_window, carry, used = assemble(more, carry)
-    assert job_window is not None and used
-    assert min(complete_steps(job_window, 10).values()) >= MIN_WINDOW_STEPS
-    assert job_window.start_ns == 0                     # the job window starts with its steps
-
-
 def test_a_job_window_stays_open_while_steps_progress_and_closes_when_they_stop():
     def window(k: int, step: int) -> WindowDigest:
         d = WindowDigest("j", k * W, (k + 1) * W)
@@ -146,8 +104,7 @@ def test_a_window_s_edge_steps_are_kept_apart_and_summed_across_windows(tmp_path
         rows = [s for rr, s in zip(d.ranks.rank, d.ranks.step) if rr == r]
         assert rows.count(INTERIOR) == 1 and len(rows) == 3
     # assembling two windows: the step cut by their common edge becomes one row per (rank, fn)
-    job_window, carry, used = assemble(digests[:2], None)
-    assert used
+    job_window, carry = assemble(digests[:2], None)
     assert job_window is not None and carry is not None
     cut = cut_of(msgspec.structs.replace(digests[1]))
     edge = [(r, f, s) for r, f, s in zip(job_window.fns.rank, job_window.fns.fn, job_window.fns.step) if s != INTERIOR]

@@ -271,7 +271,7 @@ class DetectorCore:
             out.acks.extend(p.tokens)
             if all(s is not st for s in out.persist):
                 out.persist.append(st)
-        if not js.pending and (st.history.pending or st.history.carry is not None) and self._ended(st):
+        if not js.pending and st.history.pending and self._ended(st):
             # every key has ended: the job's last steps are complete, analyse what waits for more
             out.sends.extend(self._flush(st))
             if all(s is not st for s in out.persist):

@@ -72,7 +72,7 @@ def analyze_windows(batches: Iterable[Batch], window_ns: int, detected_at_ns: in
     # ended); their verdicts go with the job's last window.
     for job, (digest, verdicts) in sorted(held.items()):
         h = histories[job]
-        if h.pending or h.carry is not None:
+        if h.pending:
             more, histories[job] = flush_job(metas.get(job), h, detected_at_ns)
             verdicts = verdicts + more
         yield digest, verdicts

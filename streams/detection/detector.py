@@ -76,7 +76,7 @@ def detect(d: WindowDigest, meta: JobRecord | None = None, detected_at_ns: int =
     ``history`` (the job's earlier windows) is read, never modified: use
     :func:`detect_step` to feed time windows in order and get the updated history.
     """
-    job_window, _, _ = assemble([d], None, final=True)
+    job_window, _ = assemble([d], None, final=True)
     assert job_window is not None
     return analyse_job_window(job_window, meta, history or JobHistory(job=d.job), detected_at_ns)[0]
 
@@ -91,19 +91,18 @@ def detect_step(d: WindowDigest, meta: JobRecord | None, history: JobHistory | N
     """
     history = history if history is not None else JobHistory(job=d.job)
     pending = [*history.pending, d]
-    job_window, carry, used = assemble(pending, history.carry)
+    job_window, carry = assemble(pending, history.carry)
     if job_window is None:
-        # too few whole steps yet; the pending windows are kept, or compacted into the carry
-        return [], msgspec.structs.replace(history, pending=[] if used else pending, carry=carry)
+        return [], msgspec.structs.replace(history, pending=pending)
     verdicts, new_history = analyse_job_window(job_window, meta, history, detected_at_ns)
     return verdicts, msgspec.structs.replace(new_history, pending=[], carry=carry)
 
 
 def flush_job(meta: JobRecord | None, history: JobHistory, detected_at_ns: int = 0) -> tuple[list[Verdict], JobHistory]:
     """End of a job's input: analyse whatever is still pending."""
-    if not history.pending and history.carry is None:
+    if not history.pending:
         return [], history
-    job_window, _, _ = assemble(history.pending, history.carry, final=True)
+    job_window, _ = assemble(history.pending, history.carry, final=True)
     assert job_window is not None
     verdicts, new_history = analyse_job_window(job_window, meta, history, detected_at_ns)
     return verdicts, msgspec.structs.replace(new_history, pending=[], carry=None)

@@ -41,16 +41,17 @@ from .grouping import dense_ids, group_max, group_min, group_sum
 # the smallest sample whose median ignores one odd step (a checkpoint, a GC
 # pause, a warm-up step): the per-step median's breakdown point.
 MIN_WINDOW_STEPS = 3
-# A job window is analysed once every rank holds MIN_WINDOW_STEPS complete steps, however
-# long that takes: a 100 s step slowed 6x by a fault (NCCL falling back to TCP) lasts ten
-# minutes, and a window closed earlier with one or two steps can judge nothing (it did:
-# every job window of such a run held one step, and the run gave no verdict at all). What
-# waits meanwhile is bounded instead: after MAX_STALLED_WINDOWS time windows in which no rank
-# started a new step, or MAX_PENDING_WINDOWS pending ones, the pending digests are compacted
-# into the carry (each step's parts summed into one row per rank and function, as a job
-# window would sum them), so memory grows with the steps in flight, not with the windows.
-# 16 windows of the default 30 s = 8 min without a new step; 64 windows = 32 min.
+# ... unless the job stops making progress (a hang without an in-flight dump,
+# every collector gone): after this many time windows in which no rank started
+# a new step, the job window is analysed with what it has, so the hang test and
+# the job's counters are not held back for ever. 16 windows of the default 30 s
+# = 8 min without a new step anywhere: longer than any step of the 5-minute
+# steps a large model takes, so a job that is merely slow is never cut short
+# (it was, when this bound counted windows rather than windows without progress:
+# a 40 s step slowed 6x by a fault gave job windows of two steps, too few to judge).
 MAX_STALLED_WINDOWS = 16
+# Memory bound whatever the progress: 64 windows (32 min at 30 s) hold three
+# steps of 10 minutes, twice the longest step a user of this field reports.
 MAX_PENDING_WINDOWS = 64
 # A rank silent for this many time windows (2 min at the default 30 s: longer than
 # any single operation of a healthy step) no longer holds the cut back.
@@ -262,9 +263,7 @@ def split_at_cut(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, Window
     """(the complete steps, the rest to carry); ``cut=None`` takes everything (end of input, hang)."""
     limit = np.iinfo(np.int64).max if cut is None else cut
     done = msgspec.structs.replace(d)
-    # the carry's rows continue after this job window: its bounds are its end (an empty span), so
-    # the next job window starts where its own time windows do
-    carry = WindowDigest(d.job, d.end_ns, d.end_ns)
+    carry = WindowDigest(d.job, d.start_ns, d.end_ns)
 
     # Interior rows (each a time window's aggregate) stay as they are; build_patterns
     # weighs them. Only the parts of one edge step are summed into one row.
@@ -288,52 +287,32 @@ def split_at_cut(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, Window
     return done, carry
 
 
-def compact(d: WindowDigest, cut: int) -> WindowDigest:
-    """``d`` with the parts of each edge step summed into one row per rank and function: the same steps, fewer rows.
-
-    Counters stay as merged over ``d``'s time windows (a later merge weighs them as one window).
-    """
-    done, rest = split_at_cut(d, cut)
-    out = msgspec.structs.replace(d)
-    # the steps still open are summed too (a sum of sums, a max of maxima: merging their parts
-    # again later, with the parts still to come, gives the same rows)
-    out.fns = concat_rows([done.fns, _merge_fn_edges(rest.fns)])
-    out.ranks = concat_rows([done.ranks, _merge_rank_edges(rest.ranks)])
-    out.colls = concat_rows([done.colls, _merge_colls(rest.colls)])
-    return out
-
-
 def assemble(pending: Sequence[WindowDigest], carry: WindowDigest | None,
-             final: bool = False) -> tuple[WindowDigest | None, WindowDigest | None, bool]:
-    """(the job window to analyse now, or None; what to carry into the next one; whether ``pending`` was used).
+             final: bool = False) -> tuple[WindowDigest | None, WindowDigest | None]:
+    """(the job window to analyse now, or None; what to carry into the next one).
 
     ``pending`` are the time-window digests not analysed yet, oldest first;
     ``carry`` the incomplete steps left by the previous job window. The job
     window is ready when every rank holds :data:`MIN_WINDOW_STEPS` complete
-    steps, when ``final`` (end of input), or when a rank dumped functions still
-    in flight (a hang: analyse now). After :data:`MAX_STALLED_WINDOWS` without a
-    new step, or :data:`MAX_PENDING_WINDOWS` pending, with too few steps yet,
-    ``pending`` and ``carry`` are compacted into the new carry (no job window):
-    the third value says ``pending`` is consumed either way.
+    steps, when ``final`` (end of input), when a rank dumped functions still
+    in flight (a hang: analyse now), after :data:`MAX_STALLED_WINDOWS` without a
+    new step, or after :data:`MAX_PENDING_WINDOWS` whatever the progress.
     """
-    if not pending and (carry is None or not final):
-        return None, carry, False
+    if not pending:
+        return None, carry
     parts = ([carry] if carry is not None else []) + list(pending)
-    # A compacted carry starts where its steps' first time window did (a job window's carry
-    # starts at that job window's end, where the pending windows begin).
-    whole = concat(parts, min(d.start_ns for d in parts), max(d.end_ns for d in parts))
+    whole = concat(parts, pending[0].start_ns, pending[-1].end_ns)
     hung = bool(whole.in_flight.rank)
-    if final or hung:
-        done, rest = split_at_cut(whole, None)
-        return done, _nonempty(rest), True
     live = live_ranks(pending)
+    if (final or hung or len(pending) >= MAX_PENDING_WINDOWS
+            or stalled_windows(pending, carry) >= MAX_STALLED_WINDOWS):
+        done, rest = split_at_cut(whole, None if (final or hung) else cut_of(whole, live))
+        return done, _nonempty(rest)
     cut = cut_of(whole, live)
     held = complete_steps(whole, cut)
     if live is not None:
         held = {r: n for r, n in held.items() if r in live} or held
     if not held or min(held.values()) < MIN_WINDOW_STEPS:
-        if len(pending) >= MAX_PENDING_WINDOWS or stalled_windows(pending, carry) >= MAX_STALLED_WINDOWS:
-            return None, _nonempty(compact(whole, cut)), True
-        return None, carry, False
+        return None, carry
     done, rest = split_at_cut(whole, cut)
-    return done, _nonempty(rest), True
+    return done, _nonempty(rest)
