@@ -40,7 +40,7 @@ from .link_findings import link_findings
 from .links import nic_anomalies
 from .patterns import K_KERNEL, K_MEMCPY, Patterns, build_patterns
 from .peers import Cell, abnormal_cells, category_of, role_ratio
-from .robust import MAD_TO_SIGMA
+from .robust import robust_z
 from .summarise import digest_window
 from .windows import JobWindow
 
@@ -324,14 +324,23 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             peers=peers, culprits=[rank], evidence=evidence,
             summary=f"{why}; its {what} run {slowdown:.2f}x slower than {len(peers)} peers", steady=steady,
         ))
-    return [f for f in _merge_nodes(per_rank, layout, p) if _paces_others(f, p, roles, waits, step_ns)]
+    late = _lateness(roles, waits)
+    return [f for f in _merge_nodes(per_rank, layout, p) if _paces_others(f, p, late, waits, step_ns)]
 
 
-def _paces_others(f: Finding, p: Patterns, roles: dict[int, np.ndarray], waits: np.ndarray, step_ns: float) -> bool:
+def _lateness(roles: dict[int, np.ndarray], waits: np.ndarray) -> np.ndarray:
+    """Each rank's role median wait less its own (roles differ in how much they wait by design)."""
+    late = np.zeros(waits.size)
+    for members in roles.values():
+        if members.size:
+            late[members] = float(np.median(waits[members])) - waits[members]
+    return late
+
+
+def _paces_others(f: Finding, p: Patterns, late: np.ndarray, waits: np.ndarray, step_ns: float) -> bool:
     """Whether the culprits of a rank or node finding are late enough, in the waits, to pace their role.
 
-    Each rank's lateness is its role's median wait less its own (roles differ in
-    how much they wait by design: pipeline stages). The culprits' median lateness
+    ``late``: each rank's lateness (:func:`_lateness`). The culprits' median lateness
     is compared with the other ranks' (median and MAD: a node's eight culprits
     must not widen the spread they are judged against), floored at 0.1% of a step
     like the peer test, so perfectly regular peers do not make any lead significant.
@@ -341,18 +350,13 @@ def _paces_others(f: Finding, p: Patterns, roles: dict[int, np.ndarray], waits: 
     """
     if waits.size != p.ranks.size or not np.any(waits > VICTIM_MARGIN * step_ns):
         return True
-    late = np.zeros(waits.size)
-    for members in roles.values():
-        if members.size:
-            late[members] = float(np.median(waits[members])) - waits[members]
     culprit = np.isin(p.ranks, np.asarray(f.culprits, dtype=np.int64))
     if not culprit.any() or culprit.all():
         return True
     rest = late[~culprit]
     if rest.size < MIN_LATENESS_PEERS:
         return True
-    med = float(np.median(rest))
-    scale = max(MAD_TO_SIGMA * float(np.median(np.abs(rest - med))), 0.001 * step_ns)
+    _, med, scale = robust_z(rest, rel_floor=0.0, abs_floor=0.001 * step_ns)
     z = (float(np.median(late[culprit])) - med) / scale
     f.evidence["lateness"] = {"culprit_ns_per_step": round(float(np.median(late[culprit]))),
                               "others_median_ns_per_step": round(med), "robust_z": round(z, 2)}
