@@ -207,6 +207,10 @@ WARMUP_STEPS = 5
 def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: bool = False) -> dict[str, int]:
     """Confidence from persistence; returns the new streaks.
 
+    A streak belongs to the finding's culprit, function and observation
+    (:func:`.attribution.observation`): a counter that crosses its threshold
+    between windows changes the component named, not the evidence counted.
+
     Unconfirmed findings (first window) stay below the alarm level unless
     overwhelming and steady (seen in every step of the window); each further
     consecutive window counts as independent evidence (1 - (1 - c)^n, up to
@@ -216,7 +220,7 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: b
     """
     streak: dict[str, int] = {}
     for f in findings:
-        iid = incident_id(finding_key(job, f.kind, f.component, f.scope, f.node, f.rank, f.gpu, f.fn))
+        iid = incident_id(finding_key(job, f.kind, attr.observation(f.component), f.scope, f.node, f.rank, f.gpu, f.fn))
         if f.kind == "hang":
             streak[iid] = history.streak.get(iid, 0) + 1
             f.evidence["persistence"] = {"consecutive_windows": streak[iid]}
