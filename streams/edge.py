@@ -219,7 +219,7 @@ class EdgeDigester:
         keys = self.keys(job)
         out: list[EdgeMessage] = []
         for i, w in enumerate(windows):
-            records = sum(len(c) for c in w.columns.values())
+            records = w.records
             through_ns = closed_ns if i == len(windows) - 1 else w.start_ns
             msg = DigestMsg(job=job, start_ns=w.start_ns, end_ns=w.end_ns, source=self.source, keys=keys,
                             closed_through_ns=through_ns, records=records, digest=digest_window(w))

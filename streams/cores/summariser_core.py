@@ -91,25 +91,29 @@ class _Assembler(WindowAssembler):
     def set_watermark(self, job: str, ns: int) -> None:
         self._watermark[job] = ns
 
-    def add_frame(self, cols: Columns, job: str, lo: int, hi: int) -> None:
+    def add_frame(self, cols: Columns, job: str, lo: int, hi: int) -> int:
         """Add one job's records (oldest ``lo``, newest ``hi``) without moving its watermark.
 
         A frame inside one window (nearly all of them) skips the core's
-        grouping pass; the result is the same as :meth:`add`.
+        grouping pass; the result is the same as :meth:`add`. Returns the last
+        window the frame's records reach, spans included (their continuations).
         """
         win = lo // self.window_ns
-        if win == hi // self.window_ns:
+        last = hi // self.window_ns
+        if win == last:
+            reach = self.add_continuations(cols)
             if win <= self._closed.get(job, -1):
                 self.late_records += len(cols)
             else:
                 self._parts.setdefault((job, win), {}).setdefault(cols.type, []).append(cols)
-            return
+            return max(last, reach)
         wm = self._watermark.get(job)
-        self.add(cols)
+        reach = self.add(cols)
         if wm is None:
             self._watermark.pop(job, None)
         else:
             self._watermark[job] = wm
+        return max(last, reach)
 
     def closed(self, job: str) -> int:
         return self._closed.get(job, -1)
@@ -352,9 +356,9 @@ class PartitionSummariser:
         self.stats.records += n
         metrics.records_in("summariser", cols.type, n)
         late_before = self.asm.late_records
-        self.asm.add_frame(cols, job, lo, hi)
+        # held until the last window its records reach, spans included, is summarised
+        last_window = self.asm.add_frame(cols, job, lo, hi)
         self.stats.late_records += self.asm.late_records - late_before
-        last_window = hi // self.window_ns
         if last_window <= self.asm.closed(job):  # every record was late: nothing to wait for
             return Step(acks=[token])
         if lo > js.marks[slot]:
@@ -432,7 +436,7 @@ class PartitionSummariser:
         key_bytes = job.encode()
         step = Step()
         for i, w in enumerate(windows):
-            records = sum(len(c) for c in w.columns.values())
+            records = w.records
             # a digest vouches for the windows up to its own; the last one for all that closed
             through_ns = closed_ns if i == len(windows) - 1 else w.start_ns
             msg = DigestMsg(job=job, start_ns=w.start_ns, end_ns=w.end_ns, source=self.source, keys=keys,

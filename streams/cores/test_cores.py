@@ -188,6 +188,45 @@ def test_paced_replay_with_small_windows_loses_no_record(tmp_path: Path, window_
     assert sorted(v.verdict_id for v in pipe.verdicts) == _reference(path, window_s * 10**9)
 
 
+def _fn_rows(digests) -> list[tuple]:
+    """Every function row of some digests of one time window, in a canonical order."""
+    return sorted((r, f, st, k, s, c, t, e, p) for d in digests for r, f, st, k, s, c, t, e, p in zip(
+        d.fns.rank, d.fns.fn, d.fns.stack, d.fns.kind, d.fns.step, d.fns.count, d.fns.total_ns, d.fns.excl_ns,
+        d.fns.per_step_ns))
+
+
+def test_stream_digests_carry_spans_across_window_ends_as_batch_does(tmp_path: Path) -> None:
+    """5 s windows on 0.85 s steps: every window's end cuts a step frame on every rank, whose own time
+    past it goes to the next window (continuations). The partitions' digests of each window, side by
+    side, are row for row the digest ``eroica analyze`` builds, and a frame is acknowledged only once the
+    last window its spans reach is summarised (its token is what a restart re-reads from)."""
+    from eroica.streams.detection import analyze_windows
+
+    window_ns = 5 * 10**9
+    path = _simulate(tmp_path, SCENARIOS[1])
+    batch = {d.start_ns: _fn_rows([d]) for d, _ in analyze_windows(read_batches(path), window_ns)}
+    pipe = _Pipeline(4, window_ns=window_ns)
+    stream: dict[int, list] = defaultdict(list)
+    deliver = pipe.deliver
+
+    def keep(step, now: float) -> None:
+        for s in step.sends:
+            if s.topic == SUMMARIES:
+                msg = decode_message(s.value)
+                if isinstance(msg, DigestMsg):
+                    stream[msg.start_ns].append(msg.digest)
+        deliver(step, now)
+
+    pipe.deliver = keep  # type: ignore[method-assign]
+    pipe.run(_messages(path, 4), 7)
+    assert sorted(stream) == sorted(batch)
+    crossing = 0
+    for start, rows in batch.items():
+        assert _fn_rows(stream[start]) == rows, start
+        crossing += sum(1 for r in rows if r[5] == 0)   # rows of continuations only (no call of their own)
+    assert crossing or any(r[7] > 0 for rows in batch.values() for r in rows if r[1] == "train_step")
+
+
 def test_a_restarted_summariser_rereading_from_the_commit_point_changes_nothing(tmp_path: Path) -> None:
     path = _simulate(tmp_path, SCENARIOS[1])
     ref = _reference(path, 10 * 10**9)

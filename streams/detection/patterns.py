@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from eroica.models.columns import KIND_CODE, Columns
+from eroica.models.columns import KIND_CODE, Columns, concat
 from eroica.models.digest import INTERIOR, FnRows, InFlightRows, RankRows, WindowDigest
 
 from .grouping import (dense_ids, dense_ids_only, group_count, group_max, group_min, group_quantiles, group_sorted,
@@ -82,8 +82,17 @@ def stack_depths(cols: Columns) -> np.ndarray:
     return depth[cols.arrays["stack"]] if len(vocab) else np.zeros(len(cols), dtype=np.int64)
 
 
-def summarise_fn(fn: Columns, window_end_ns: int | None = None) -> tuple[FnRows, RankRows, InFlightRows]:
+def summarise_fn(fn: Columns, window_end_ns: int | None = None,
+                 cont: Columns | None = None) -> tuple[FnRows, RankRows, InFlightRows]:
     """Per-rank patterns of the finished executions in a window (the summariser's work).
+
+    ``cont``: the window's continuations (:func:`.windows.continuations`),
+    spans of earlier windows that reach into this one. They enclose what
+    they cover here like any span, and their exclusive time here is
+    credited to their (rank, function, step) row, whose step is then an
+    edge step; they add no call (count, durations and quantiles are the
+    window's own records'), no step span, and no cost to kinds judged by
+    their own duration (the whole duration went to the window they started in).
 
     Everything here is computed per rank, so the rows of a rank do not depend
     on which other ranks were summarised with it: partitions may split ranks
@@ -106,9 +115,16 @@ def summarise_fn(fn: Columns, window_end_ns: int | None = None) -> tuple[FnRows,
     inflight = _in_flight_rows(fn)
     done = ~fn.arrays["in_flight"]
     every = bool(done.all())
-    a = {k: fn.arrays[k] if every else fn.arrays[k][done] for k in _FN_COLUMNS}  # read only: no copy
-    if not done.any():
-        return FnRows(), RankRows(), inflight
+    is_cont: np.ndarray | None = None
+    if cont is not None and len(cont):
+        own = fn if every else fn.take(done)
+        fn = concat([own, cont])  # one vocabulary for both
+        is_cont = np.arange(len(fn)) >= len(own)
+        a = {k: fn.arrays[k] for k in _FN_COLUMNS}
+    else:
+        a = {k: fn.arrays[k] if every else fn.arrays[k][done] for k in _FN_COLUMNS}  # read only: no copy
+        if not done.any():
+            return FnRows(), RankRows(), inflight
     # Offsets from the window's first event: exclusive time only needs relative positions.
     base = int(a["ts_ns"].min())
     # Spans are clipped to the window: what an enclosing frame (a 40 s train_step)
@@ -120,9 +136,10 @@ def summarise_fn(fn: Columns, window_end_ns: int | None = None) -> tuple[FnRows,
     parts = []
     for rows in blocks:
         part = _summarise_ranks({k: a[k][rows] for k in _FN_COLUMNS}, fn.vocab, base, clip, host_level,
-                                single=len(blocks) == 1)
+                                single=len(blocks) == 1, cont=None if is_cont is None else is_cont[rows])
         if part is None:  # spans that reach past their rank's share of the axis: the whole window at once
-            parts = [_summarise_ranks({k: a[k] for k in _FN_COLUMNS}, fn.vocab, base, clip, host_level, single=True)]
+            parts = [_summarise_ranks({k: a[k] for k in _FN_COLUMNS}, fn.vocab, base, clip, host_level, single=True,
+                                      cont=is_cont)]
             break
         parts.append(part)
     fns = FnRows(**{k: _joined([p[0][k] for p in parts if p is not None]) for k in FnRows.__struct_fields__})
@@ -175,10 +192,10 @@ def _rank_blocks(rank: np.ndarray, target: int) -> list[slice | np.ndarray]:
 
 
 def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base: int, clip: int | None,
-                     host_level: np.ndarray | None,
-                     single: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+                     host_level: np.ndarray | None, single: bool,
+                     cont: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
     """:func:`summarise_fn`'s rows of the finished records ``a`` of some whole ranks, as the columns of
-    :class:`FnRows` and :class:`RankRows`.
+    :class:`FnRows` and :class:`RankRows`; ``cont`` marks the continuations among them (None: none).
 
     None (unless ``single``, the whole window) when a span starts past the
     last clipped end: laid end to end, it would reach into the next rank's
@@ -214,25 +231,46 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
     steps_ = a["step"].astype(np.int64, copy=False)
     lo_step = np.full(n_r, np.iinfo(np.int64).max)
     hi_step = np.full(n_r, np.iinfo(np.int64).min)
-    np.minimum.at(lo_step, slot, steps_)
-    np.maximum.at(hi_step, slot, steps_)
-    edge = steps_ == lo_step[slot]
-    edge |= steps_ == hi_step[slot]
+    if cont is None:
+        np.minimum.at(lo_step, slot, steps_)
+        np.maximum.at(hi_step, slot, steps_)
+        edge = steps_ == lo_step[slot]
+        edge |= steps_ == hi_step[slot]
+    else:
+        # the rank's own records set its edge steps (as without continuations); a
+        # continuation's step began in an earlier window, so it is an edge step too
+        own = ~cont
+        np.minimum.at(lo_step, slot[own], steps_[own])
+        np.maximum.at(hi_step, slot[own], steps_[own])
+        edge = (steps_ <= lo_step[slot]) | (steps_ >= hi_step[slot])
     part = np.where(edge, steps_, INTERIOR)
     del edge
 
     cell, n_cells = dense_ids_only(slot, fid, part)
-    total = group_sum(cell, dur, n_cells)
+    total = group_sum(cell, dur if cont is None else np.where(cont, 0, dur), n_cells)
     excl_sum = group_sum(cell, excl, n_cells)
     g = _RowSteps(cell, n_cells, steps_, order)
-    sv, count, starts = group_sorted(cell, dur, n_cells, g.perm)
-    q = sorted_quantiles(sv, count, starts, (0.5, 0.9, 0.99))
+    if cont is None:
+        sv, count, starts = group_sorted(cell, dur, n_cells, g.perm)
+        q = sorted_quantiles(sv, count, starts, (0.5, 0.9, 0.99))
+    else:  # calls are the own records: their order in g.perm, which stays grouped by row
+        own = ~cont
+        at_own = np.cumsum(own) - 1
+        sv, count, _ = group_sorted(cell[own], dur[own], n_cells, at_own[g.perm[own[g.perm]]])
+        q = sorted_quantiles(sv, count, np.concatenate(([0], np.cumsum(count)[:-1])), (0.5, 0.9, 0.99))
+        q[:, count == 0] = 0.0  # a row of continuations only: no call of its own here
+        every_count = np.bincount(cell, minlength=n_cells)
+        starts = np.concatenate(([0], np.cumsum(every_count)[:-1]))
 
     # Per-step cost, then its median over the row's steps: one-off spikes do not move it.
     # The low quantile is what the function costs in its best steps: a level a
     # regression that starts inside the window moves only once >= 95% of the
     # window's steps are past it (the job's history compares it, regression.py).
-    cost = np.where(_own_duration(kinds), dur, excl)
+    own_dur = _own_duration(kinds)
+    cost = np.where(own_dur, dur, excl)
+    if cont is not None:
+        cost[cont & own_dur] = 0
+    del own_dur
     step_cost = g.sums(cost)
     del cost
     sv, count_s, starts_s = group_sorted(g.step_cell, step_cost, n_cells, grouped=True)
@@ -241,6 +279,20 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
     rows = np.minimum.reduceat(g.perm, starts)  # each row's first record (dense_ids' representative)
     del g, sv
 
+    fn_vocab, stack_vocab = np.asarray(vocab["fn"], dtype=object), np.asarray(vocab["stack"], dtype=object)
+    fn_cols = {
+        "rank": _int_objects(a["rank"], slot, n_r)[slot[rows]], "fn": fn_vocab[a["fn"][rows]],
+        "stack": stack_vocab[a["stack"][rows]] if len(stack_vocab) else np.full(rows.size, "", dtype=object),
+        "kind": kinds[rows], "count": count, "total_ns": total, "excl_ns": excl_sum, "median_ns": q[0],
+        "p90_ns": q[1], "p99_ns": q[2], "per_step_ns": per_step, "step": part[rows], "steps": fn_steps, "low_ns": low,
+    }
+    if cont is not None:  # step spans are the own records' (a continuation's end is its record's, seen before)
+        own = ~cont
+        if not own.any():
+            return fn_cols, {k: np.zeros(0, dtype=np.int64) for k in ("rank", "steps", "step", "start_ns", "end_ns")} | {
+                "node": np.zeros(0, dtype=object), "step_time_ns": np.zeros(0)}
+        slot, steps_, start, dur, part = slot[own], steps_[own], start[own], dur[own], part[own]
+        a = {"rank": a["rank"][own], "node": a["node"][own]}
     # Step span per rank and step: first start to last end of the step's records.
     rs_ids, n_rs, rs_first = dense_ids(slot, steps_)
     lo = np.full(n_rs, np.iinfo(np.int64).max)
@@ -255,13 +307,6 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
     rp_hi = group_max(rp_ids, hi.astype(np.float64), n_rp)
     rp_rows = rs_first[rp_first]
 
-    fn_vocab, stack_vocab = np.asarray(vocab["fn"], dtype=object), np.asarray(vocab["stack"], dtype=object)
-    fn_cols = {
-        "rank": _int_objects(a["rank"], slot, n_r)[slot[rows]], "fn": fn_vocab[a["fn"][rows]],
-        "stack": stack_vocab[a["stack"][rows]] if len(stack_vocab) else np.full(rows.size, "", dtype=object),
-        "kind": kinds[rows], "count": count, "total_ns": total, "excl_ns": excl_sum, "median_ns": q[0],
-        "p90_ns": q[1], "p99_ns": q[2], "per_step_ns": per_step, "step": part[rows], "steps": fn_steps, "low_ns": low,
-    }
     node_vocab = np.asarray(vocab["node"], dtype=object)
     rank_cols = {"rank": a["rank"][rp_rows], "node": node_vocab[a["node"][rp_rows]], "steps": rank_steps,
                  "step_time_ns": step_time, "step": part[rp_rows], "start_ns": rp_lo.astype(np.int64) + base,

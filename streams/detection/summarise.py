@@ -7,22 +7,29 @@ both paths feed it identical input.
 
 from __future__ import annotations
 
+import numpy as np
+
 from eroica.models.columns import collective_kernels
 from eroica.models.digest import WindowDigest
 
 from .collectives import summarise_collectives
 from .counters import nic_key, summarise
 from .patterns import summarise_fn
-from .windows import JobWindow
+from .windows import CONT, JobWindow
 
 
 def digest_window(window: JobWindow) -> WindowDigest:
     d = WindowDigest(window.job, window.start_ns, window.end_ns)
     fn = window.get("fn")
+    cont = window.get(CONT)
+    if cont is not None:
+        cont = collective_kernels(cont)
     if fn is not None and len(fn):
         fn = collective_kernels(fn)
-        d.fns, d.ranks, d.in_flight = summarise_fn(fn, window.end_ns)
+        d.fns, d.ranks, d.in_flight = summarise_fn(fn, window.end_ns, cont)
         d.colls = summarise_collectives(fn)
+    elif cont is not None and len(cont):  # spans of earlier windows only (a long pause everywhere)
+        d.fns, d.ranks, d.in_flight = summarise_fn(cont.take(np.zeros(0, np.int64)), window.end_ns, cont)
     c = summarise(window.get("gpu"), window.get("nic"), window.get("host"))
     d.gpu, d.gpu_index, d.host = c.gpu, c.gpu_index, c.host
     d.nic = {nic_key(node, nic): m for (node, nic), m in c.nic.items()}

@@ -19,6 +19,10 @@ from eroica.models.records import JobRecord
 
 COUNTER_TYPES = ("gpu", "nic", "host")
 TYPES = ("fn",) + COUNTER_TYPES
+# A window's continuations: the parts of finished spans that started in an earlier
+# window and reach into this one (fn records, :func:`continuations`), kept apart
+# from the window's own records.
+CONT = "cont"
 
 
 @dataclass
@@ -33,6 +37,11 @@ class JobWindow:
 
     def get(self, type_: str) -> Columns | None:
         return self.columns.get(type_)
+
+    @property
+    def records(self) -> int:
+        """Records received for this window (continuations are derived from earlier windows' records)."""
+        return sum(len(c) for t, c in self.columns.items() if t != CONT)
 
 
 def split(cols: Columns, window_ns: int) -> dict[tuple[str, int], Columns]:
@@ -55,6 +64,38 @@ def split(cols: Columns, window_ns: int) -> dict[tuple[str, int], Columns]:
     return out
 
 
+def continuations(fn: Columns, window_ns: int) -> Columns | None:
+    """One record per later window each finished span reaches into, starting at that window's start.
+
+    Why: records go to the window of their start, and the summariser clips
+    each span at its window's end, because what an enclosing frame covers
+    after that end is covered by records of the next window, which it does
+    not see. Clipped and nothing more, the span's own (exclusive) time past
+    the end was lost: a 30 s GC pause crossing a window's end read as
+    0-10 s, and a step frame's gaps after its first window as nothing. A
+    continuation carries the span into each later window it covers, where
+    it encloses the records it covers there and is credited with the rest
+    (:func:`.patterns.summarise_fn`), without counting as a call. In-flight
+    records have no end to carry.
+    """
+    if not len(fn):
+        return None
+    a = fn.arrays
+    start = a["ts_ns"]
+    end = start + np.maximum(a["dur_ns"], 0)
+    first = start // window_ns + 1
+    n = (end - 1) // window_ns - first + 1
+    n[a["in_flight"] | (n < 0)] = 0
+    if not n.any():
+        return None
+    idx = np.repeat(np.arange(n.size), n)
+    win = first[idx] + (np.arange(idx.size) - np.repeat(np.cumsum(n) - n, n))
+    out = fn.take(idx)
+    out.arrays["ts_ns"] = win * window_ns
+    out.arrays["dur_ns"] = end[idx] - out.arrays["ts_ns"]
+    return out
+
+
 @dataclass
 class WindowAssembler:
     """Buffers records per (job, window) and releases windows once complete."""
@@ -70,7 +111,9 @@ class WindowAssembler:
     def add_meta(self, job: JobRecord) -> None:
         self._meta[job.job] = job
 
-    def add(self, cols: Columns) -> None:
+    def add(self, cols: Columns) -> int:
+        """Buffer records in their windows; returns the last window their spans reach (-1: none past their own)."""
+        reach = self.add_continuations(cols)
         for (job, win), part in split(cols, self.window_ns).items():
             if win <= self._closed.get(job, -1):
                 self.late_records += len(part)  # its window was already analysed
@@ -79,6 +122,23 @@ class WindowAssembler:
             hi = int(part.arrays["ts_ns"].max())
             if hi > self._watermark.get(job, -1):
                 self._watermark[job] = hi
+        return reach
+
+    def add_continuations(self, cols: Columns) -> int:
+        """Buffer the continuations of ``cols`` (fn records) in the windows they reach; :meth:`add` does this.
+
+        Derived from records of earlier windows, they are never late records
+        and never move the watermark. Returns the last window index they
+        reach (-1: none): a record is not fully summarised before that
+        window is.
+        """
+        cont = continuations(cols, self.window_ns) if cols.type == "fn" else None
+        if cont is None:
+            return -1
+        for (job, win), part in split(cont, self.window_ns).items():
+            if win > self._closed.get(job, -1):
+                self._parts.setdefault((job, win), {}).setdefault(CONT, []).append(part)
+        return int(cont.arrays["ts_ns"].max()) // self.window_ns
 
     def complete(self) -> list[JobWindow]:
         """Windows whose end the watermark has passed by ``lateness_ns``, oldest first."""
