@@ -72,3 +72,19 @@ def test_real_kineto_traces_import_and_analyse(tmp_path, shared_dir, files):
     res = subprocess.run([sys.executable, "-m", "eroica.cli", "analyze", str(out), "--format", "json"],
                          capture_output=True, check=True)
     assert res.stdout.strip().startswith(b"[")
+
+
+@pytest.mark.parametrize("seed", [3, 21])
+def test_a_job_window_of_one_or_two_steps_still_names_nccl_off_rdma_and_nothing_else(tmp_path, seed):
+    """Two steps in all: no job window reaches the three steps a comparison needs (steps past the
+    stall bound give such windows). NCCL over TCP is still named from the collectives' bandwidth;
+    the same job without the fault gets no verdict at all."""
+    from eroica.producers.simulator import SimConfig, write_jsonl
+
+    found = {}
+    for faults in ([], ["nccl_tcp"]):
+        path = tmp_path / f"run-{len(faults)}.jsonl"
+        write_jsonl(SimConfig(nodes=4, gpus=8, steps=2, faults=faults, seed=seed), path, truth_path=False)
+        found[bool(faults)] = [(v.scope, v.component, v.fn) for v in analyze(read_batches(path), WINDOW_NS)]
+    assert found[False] == []
+    assert found[True] and set(found[True]) == {("job", "config", "nccl")}

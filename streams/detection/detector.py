@@ -30,7 +30,7 @@ from .cost import finding_costs, lost_share, window_cost
 from .counters import CounterSummary, from_digest
 from .findings import Finding, confidence_of
 from .hang import hang_findings
-from .expected import PAUSE_WINDOWS, expected_findings, pause_findings
+from .expected import PAUSE_WINDOWS, expected_findings, pause_findings, transport_findings
 from .history import JobHistory
 from .regression import regression_findings, with_window
 from .stages import stage_findings
@@ -130,6 +130,11 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
         findings += regression_findings(p, history, step_ns)
         _assign_victims(findings, p, coll, step_ns)
         findings = _drop_explained(findings, p)
+    elif p is not None and step_ns > 0 and bool(np.median(p.steps) >= 1):
+        # fewer whole steps than a comparison needs (steps past the stall bound, the end of input)
+        counters = _canonical(from_digest(d))
+        coll = collective_stats(d, p.ranks, layout.rank_node)
+        findings += transport_findings(p, layout, counters, coll, nic_anomalies(counters))
     findings = _one_per_culprit(findings)
     lo = _first_step(d)
     first_step = history.first_step if history.first_step >= 0 else (lo if lo is not None else -1)

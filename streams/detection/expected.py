@@ -240,6 +240,19 @@ def inter_node_bandwidth_ratio(coll: CollectiveStats, counters: CounterSummary,
     return float(np.median([bus_bandwidth(g) / cap for g in groups])), [g.name for g in groups]
 
 
+def transport_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
+                       anomalies: list[NicAnomaly]) -> list[Finding]:
+    """NCCL off its RDMA path only: what a job window of one or two steps may still say.
+
+    Such a window comes from steps longer than the stall bound (steps.py): NCCL
+    over TCP sockets turns a 90 s step into ~10 minutes. No comparison between
+    ranks or with history is sound on one step (a spike is a step), but the bus
+    bandwidth of inter-node collectives against their links' speed is measured
+    on every transfer, and one step of them measures it as well as three.
+    """
+    return [f for f in _collective_findings(p, layout, counters, coll, anomalies) if f.component == "config"]
+
+
 def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
                          anomalies: list[NicAnomaly]) -> list[Finding]:
     out: list[Finding] = []
