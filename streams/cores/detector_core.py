@@ -47,7 +47,7 @@ from .digest_messages import DigestMsg, EndMsg, JobMsg, MessageError, decode_mes
 from .step import PATTERNS, VERDICTS, Send, Step, dead_letter
 
 __all__ = ["DetectorCore", "DetectorStats", "JobState", "SourceProgress", "encode_state", "decode_state",
-           "encode_patterns", "VERDICTS", "PATTERNS", "Step"]
+           "encode_patterns", "encode_patterns_messages", "VERDICTS", "PATTERNS", "Step"]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,23 @@ def decode_state(data: bytes) -> JobState:
 def encode_patterns(rows: list) -> bytes:
     """The patterns-topic message: a msgpack list of WindowSummary maps."""
     return _patterns_encoder.encode(rows)
+
+
+# A job window's summaries grow with the job (~6.3 KB a rank: 16 MiB at ~2,500 ranks), so
+# they go out in messages of at most this size: Kafka's default max.message.bytes
+# (1,048,588), less room for the record's key and headers. Each message is a list of
+# whole rows the sink inserts on its own; rows are keyed, so the split changes nothing.
+PATTERNS_MESSAGE_BYTES = 1_000_000
+
+
+def encode_patterns_messages(rows: list, max_bytes: int = PATTERNS_MESSAGE_BYTES) -> list[bytes]:
+    """``rows`` as patterns-topic messages of at most ``max_bytes`` each (rows in order, none split)."""
+    data = encode_patterns(rows)
+    if len(data) <= max_bytes or len(rows) <= 1:
+        return [data]  # a single row above the bound is left to the producer's own bound
+    n = -(-len(data) // max_bytes) + 1  # rows differ in size: one chunk more than the mean needs
+    size = -(-len(rows) // n)
+    return [m for i in range(0, len(rows), size) for m in encode_patterns_messages(rows[i:i + size], max_bytes)]
 
 
 @dataclass
@@ -309,5 +326,5 @@ class DetectorCore:
         self.stats.pattern_rows += len(rows)
         sends = self._verdict_sends(st, verdicts)
         if rows:
-            sends.append(Send(PATTERNS, st.job.encode(), encode_patterns(rows)))
+            sends.extend(Send(PATTERNS, st.job.encode(), m) for m in encode_patterns_messages(rows))
         return sends

@@ -32,6 +32,7 @@ from eroica.streams.cores.detector_core import (
     DetectorCore,
     JobState,
     decode_state,
+    encode_patterns_messages,
     encode_state,
 )
 from eroica.streams.cores.ingest import RAW, ingest_message
@@ -450,3 +451,16 @@ def test_idle_close_waits_while_the_broker_holds_input_back() -> None:
     assert drain.drained({0: 12}, {0: 10}, back + 0.1) == set()  # two records not read yet
     assert drain.drained({0: 12}, {0: 12}, back + 0.2) == {0}
     assert ps.tick(back + 0.2, 5.0).sends and ps.stats.idle_closes == 1
+
+
+def test_window_summaries_of_a_large_job_go_out_in_bounded_messages() -> None:
+    """A job window's rows grow with the job (~6.3 KB a rank): 8,000 rows in messages of at most
+    64 KB, every row once and in order, and a job window small enough stays one message."""
+    rows = [WindowSummary(job="j", window_start_ns=0, window_end_ns=W, rank=r // 4, node=f"node-{r // 32}",
+                          fn=f"fn-{r % 4}" * (1 + r % 7), kind="kernel", count=r, median_ns=1.0, p90_ns=2.0,
+                          p99_ns=3.0, total_ns=4.0, beta=0.1, slowdown_vs_peers=1.0) for r in range(8000)]
+    msgs = encode_patterns_messages(rows, max_bytes=64_000)
+    assert len(msgs) > 1 and all(len(m) <= 64_000 for m in msgs)
+    back = [r for m in msgs for r in msgspec.msgpack.decode(m, type=list[WindowSummary])]
+    assert back == rows
+    assert len(encode_patterns_messages(rows[:10], max_bytes=64_000)) == 1
