@@ -36,7 +36,13 @@ BW_CONFIG = 0.2           # below 20%: not NCCL's RDMA path (RDMA reaches 80-95%
 BW_DEGRADED = 0.8         # below 80%: slow enough to blame the fabric when it reports congestion
 NIC_CONFIDENCE = 0.7      # a rail's counter anomaly under slowed transfers: a clear cause, no significance test
 MIN_COLL_BYTES = 1 << 20  # ignore tiny collectives (latency-bound, e.g. a scalar all-reduce)
-NVLINK_IDLE_BPS = 1e6     # NVLink counters below 1 MB/s while TP collectives run: unused
+NVLINK_IDLE_BPS = 1e6     # NVLink counters below 1 MB/s while TP collectives run: unused ...
+# ... unless the intra-node collectives themselves moved faster than any path off NVLink
+# can: PCIe Gen5 x16 carries at most 64 GB/s a direction (the fastest host path NCCL
+# falls back to), so a higher bus bandwidth ran over NVLink whatever its counters read.
+# Seen: 101 s steps stretched ~8x by slow storage, TP collectives at 258-326 GB/s bus
+# bandwidth, NVLink counters sampled between their bursts reading 0.
+PCIE_MAX_BUS_BPS = 64e9
 IOWAIT_HIGH_PCT = 10.0
 
 
@@ -420,6 +426,9 @@ def nvlink_unused(coll: CollectiveStats, counters: CounterSummary) -> float | No
         return None
     tput = np.array([t for t in (nvlink_Bps(m) for m in counters.gpu.values()) if np.isfinite(t)])
     if tput.size < 2:
+        return None
+    bus = [bus_bandwidth(g) for g in intra if np.isfinite(g.bandwidth)]
+    if bus and float(np.median(bus)) > PCIE_MAX_BUS_BPS:
         return None
     if np.mean(tput < NVLINK_IDLE_BPS) >= 0.9:
         return float(np.median(tput))

@@ -323,6 +323,20 @@ def test_a_checkpoint_pause_is_not_nvlink_unused():
     assert nvlink_unused(coll, c) == 0.0
 
 
+def test_collectives_faster_than_any_path_off_nvlink_ran_over_it_whatever_its_counters_read():
+    from .expected import PCIE_MAX_BUS_BPS, bus_bandwidth, nvlink_unused
+    layout, c, coll = _tp_node(1, bad=None)
+    for m in c.gpu.values():   # counters sampled between the bursts of minutes-long steps: 0
+        m.update(nvlink_tx_Bps=0.0, nvlink_rx_Bps=0.0, nvlink_mean_Bps=0.0)
+    intra = [g for g in coll.groups if g.intra_node]
+    assert all(bus_bandwidth(g) < PCIE_MAX_BUS_BPS for g in intra)
+    assert nvlink_unused(coll, c) == 0.0          # PCIe speed and idle counters: NVLink is off
+    for g in intra:                               # the same transfers 10x faster: 5x PCIe Gen5
+        g.transfer_per_step /= 10
+    assert all(bus_bandwidth(g) > PCIE_MAX_BUS_BPS for g in intra)
+    assert nvlink_unused(coll, c) is None
+
+
 def test_a_rail_that_stopped_reporting_its_speed_is_still_a_rail():
     c = fleet()
     c.nic[("node-3", "mlx5_4")].update(link_gbps=np.nan, throughput_Bps=1e4, link_up_min=0.0)
