@@ -256,7 +256,10 @@ def transport_findings(p: Patterns, layout: Layout, counters: CounterSummary, co
     bandwidth of inter-node collectives against their links' speed is measured
     on every transfer, and one step of them measures it as well as three.
     """
-    return [f for f in _collective_findings(p, layout, counters, coll, anomalies) if f.component == "config"]
+    # Only the bandwidth against the links: NVLink's counters, sampled every few seconds,
+    # can miss every burst of one or two steps' collectives.
+    return [f for f in _collective_findings(p, layout, counters, coll, anomalies) if f.component == "config"
+            and f.evidence.get("inter_node_bandwidth_share_of_link", {}).get("median", 1.0) < BW_CONFIG]
 
 
 def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
