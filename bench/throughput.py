@@ -429,7 +429,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
             return out
 
         windows, u = measure(assemble, traced=traced)
-        win_records = sum(len(c) for w in windows for c in w.columns.values())
+        win_records = sum(w.records for w in windows)
         add("windowing", win_records, u, "frames", windows=len(windows))
         decoded = []  # free it: later stages do not read it
 
