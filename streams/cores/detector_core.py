@@ -313,7 +313,10 @@ class DetectorCore:
         return [Send(VERDICTS, key, encode_verdict(v)) for v in verdicts]
 
     def _detect(self, st: JobState, p: _Pending) -> list[Send]:
-        parts = [d for _src, (n, d) in sorted(p.digests.items()) if n > 0]
+        # a digest built from records, or from continuations alone (every rank of a source
+        # inside one span longer than the window: it reports 0 records received, like a
+        # source's empty progress digest, but carries rows batch analyses too)
+        parts = [d for _src, (n, d) in sorted(p.digests.items()) if n > 0 or d.fns.rank]
         if not parts:
             self.stats.empty_windows += 1
             return []

@@ -7,6 +7,7 @@ keys over partitions, and interleaves the partitions at random.
 
 from __future__ import annotations
 
+import json
 import random
 import zlib
 from collections import defaultdict
@@ -226,6 +227,41 @@ def test_stream_digests_carry_spans_across_window_ends_as_batch_does(tmp_path: P
         assert _fn_rows(stream[start]) == rows, start
         crossing += sum(1 for r in rows if r[5] == 0)   # rows of continuations only (no call of their own)
     assert crossing or any(r[7] > 0 for rows in batch.values() for r in rows if r[1] == "train_step")
+
+
+def test_a_window_of_continuations_alone_is_analysed_in_the_stream_as_in_batch(tmp_path: Path) -> None:
+    """Every rank inside one 70 s step frame: the window [30 s, 60 s) holds continuations only. Its
+    digest reports no record received (delivery accounting counts records), carries batch's rows,
+    and the detector analyses it as batch does."""
+    from eroica.streams.detection import analyze_windows
+
+    lines = []
+    for r in range(4):
+        for step, (t0, dur) in enumerate(((0.0, 70.0), (70.0, 1.0), (71.0, 1.0), (72.0, 1.0), (73.0, 1.0))):
+            rec = {"type": "fn", "job": "long", "node": "n0", "rank": r, "step": step, "fn": "train_step",
+                   "kind": "python", "ts_ns": int((1000 + t0) * 1e9), "dur_ns": int(dur * 1e9)}
+            lines += [json.dumps(rec), json.dumps({**rec, "fn": "gemm", "kind": "kernel", "dur_ns": int(0.5e9)})]
+    path = tmp_path / "long.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    batch = {d.start_ns: _fn_rows([d]) for d, _ in analyze_windows(read_batches(path), W)}
+    middle = 1020 * 10**9
+    assert batch[middle] and all(row[5] == 0 for row in batch[middle])   # continuations only
+    pipe = _Pipeline(1)
+    sent: dict[int, list] = defaultdict(list)
+    deliver = pipe.deliver
+
+    def keep(step, now: float) -> None:
+        for s in step.sends:
+            if s.topic == SUMMARIES and isinstance(msg := decode_message(s.value), DigestMsg):
+                sent[msg.start_ns].append(msg)
+        deliver(step, now)
+
+    pipe.deliver = keep  # type: ignore[method-assign]
+    pipe.run(_messages(path, 1), 0)
+    assert [m.records for m in sent[middle]] == [0]
+    assert _fn_rows([m.digest for m in sent[middle]]) == batch[middle]
+    assert sorted(v.verdict_id for v in pipe.verdicts) == _reference(path)
+    assert pipe.det.stats.failed_windows == 0 and pipe.det.stats.windows == len(batch)
 
 
 def test_a_restarted_summariser_rereading_from_the_commit_point_changes_nothing(tmp_path: Path) -> None:
