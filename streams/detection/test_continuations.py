@@ -10,7 +10,7 @@ import numpy as np
 from eroica.models.columns import from_records
 from eroica.models.records import FnRecord
 
-from .steps import _merge_fn_edges, concat
+from .steps import MAX_PENDING_WINDOWS, _merge_fn_edges, concat
 from .summarise import digest_window
 from .windows import CONT, WindowAssembler, continuations
 
@@ -33,6 +33,9 @@ def test_a_span_continues_into_every_later_window_it_covers_and_no_further():
     assert c.arrays["ts_ns"].tolist() == [30 * S, 60 * S]
     assert c.arrays["dur_ns"].tolist() == [45 * S, 15 * S]       # each ends where the record ends
     assert continuations(from_records("fn", [fn(0, "k", "kernel", 1, 2)]), W) is None
+    week = continuations(from_records("fn", [fn(0, "stuck", "python", 1, 7 * 86400)]), W)
+    assert week is not None and len(week) == MAX_PENDING_WINDOWS   # bounded: 20,160 windows otherwise
+    assert week.arrays["ts_ns"][-1] == MAX_PENDING_WINDOWS * W
 
 
 def _job(order_seed: int | None) -> list[FnRecord]:

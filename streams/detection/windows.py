@@ -17,6 +17,8 @@ import numpy as np
 from eroica.models.columns import Columns, concat
 from eroica.models.records import JobRecord
 
+from .steps import MAX_PENDING_WINDOWS
+
 COUNTER_TYPES = ("gpu", "nic", "host")
 TYPES = ("fn",) + COUNTER_TYPES
 # A window's continuations: the parts of finished spans that started in an earlier
@@ -87,7 +89,10 @@ def continuations(fn: Columns, window_ns: int) -> Columns | None:
         return None
     end = start + np.maximum(a["dur_ns"], 0)
     first = start // window_ns + 1
-    n = (end - 1) // window_ns - first + 1
+    # At most MAX_PENDING_WINDOWS windows on: no job window holds more, so a span's time
+    # past them could never be compared, and a contract-valid one-week span would
+    # otherwise open 20,160 windows (604,800 at 1 s windows) of continuations.
+    n = np.minimum((end - 1) // window_ns - first + 1, MAX_PENDING_WINDOWS)
     n[a["in_flight"] | (n < 0)] = 0
     if not n.any():
         return None
