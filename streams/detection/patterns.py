@@ -229,9 +229,10 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
     # edges; they become one row each ("edge" rows, summed with their other part
     # by the detector), every step between them is complete ("interior").
     steps_ = a["step"].astype(np.int64, copy=False)
+    own = None if cont is None else ~cont  # the window's own records (calls, step spans)
     lo_step = np.full(n_r, np.iinfo(np.int64).max)
     hi_step = np.full(n_r, np.iinfo(np.int64).min)
-    if cont is None:
+    if own is None:
         np.minimum.at(lo_step, slot, steps_)
         np.maximum.at(hi_step, slot, steps_)
         edge = steps_ == lo_step[slot]
@@ -239,7 +240,6 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
     else:
         # the rank's own records set its edge steps (as without continuations); a
         # continuation's step began in an earlier window, so it is an edge step too
-        own = ~cont
         np.minimum.at(lo_step, slot[own], steps_[own])
         np.maximum.at(hi_step, slot[own], steps_[own])
         edge = (steps_ <= lo_step[slot]) | (steps_ >= hi_step[slot])
@@ -247,14 +247,13 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
     del edge
 
     cell, n_cells = dense_ids_only(slot, fid, part)
-    total = group_sum(cell, dur if cont is None else np.where(cont, 0, dur), n_cells)
+    total = group_sum(cell, dur if own is None else np.where(own, dur, 0), n_cells)
     excl_sum = group_sum(cell, excl, n_cells)
     g = _RowSteps(cell, n_cells, steps_, order)
-    if cont is None:
+    if own is None:
         sv, count, starts = group_sorted(cell, dur, n_cells, g.perm)
         q = sorted_quantiles(sv, count, starts, (0.5, 0.9, 0.99))
     else:  # calls are the own records: their order in g.perm, which stays grouped by row
-        own = ~cont
         at_own = np.cumsum(own) - 1
         sv, count, _ = group_sorted(cell[own], dur[own], n_cells, at_own[g.perm[own[g.perm]]])
         q = sorted_quantiles(sv, count, np.concatenate(([0], np.cumsum(count)[:-1])), (0.5, 0.9, 0.99))
@@ -286,8 +285,7 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
         "kind": kinds[rows], "count": count, "total_ns": total, "excl_ns": excl_sum, "median_ns": q[0],
         "p90_ns": q[1], "p99_ns": q[2], "per_step_ns": per_step, "step": part[rows], "steps": fn_steps, "low_ns": low,
     }
-    if cont is not None:  # step spans are the own records' (a continuation's end is its record's, seen before)
-        own = ~cont
+    if own is not None:  # step spans are the own records' (a continuation's end is its record's, seen before)
         if not own.any():
             return fn_cols, {k: np.zeros(0, dtype=np.int64) for k in ("rank", "steps", "step", "start_ns", "end_ns")} | {
                 "node": np.zeros(0, dtype=object), "step_time_ns": np.zeros(0)}
