@@ -44,3 +44,14 @@ def test_each_implausible_thing_fails():
     no_nvlink = [{k: v for k, v in r.items() if not k.startswith("nvlink")} for r in records()]
     assert gpu_proof.check(no_nvlink, nvlink_expected=False)["ok"]
     assert not gpu_proof.check(no_nvlink, nvlink_expected=True)["ok"]
+
+
+def test_cuda_regions_are_held_to_their_own_step_and_host_region():
+    base = records()
+    slow_step = [dict(r, dur_ns=r["dur_ns"] * 3) if r.get("step") == 1 else r for r in base]
+    assert gpu_proof.check(slow_step, True)["ok"]  # a slow step's GPU region is as long as that step: fine
+    too_long = [dict(r, dur_ns=500) if str(r.get("fn", "")).endswith("[gpu]") and r.get("step") == 1 else r for r in base]
+    assert any("twice" in p for p in gpu_proof.check(too_long, True)["problems"])
+    early = [dict(r, ts_ns=r["ts_ns"] - 2_000_000) if str(r.get("fn", "")).endswith("[gpu]") else r for r in base]
+    assert any("before their host region" in p for p in gpu_proof.check(early, True)["problems"])
+    assert gpu_proof.check(base, True)["gpu_start_after_host_ms"]["median"] == 5e-6

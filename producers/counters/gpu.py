@@ -13,7 +13,8 @@ throttle_reasons                     nvmlDeviceGetCurrentClocksEventReasons (old
                                      drivers: ...ClocksThrottleReasons)
 pcie_gen, max_pcie_gen               nvmlDeviceGetCurrPcieLinkGeneration / GetMaxPcieLinkGeneration
 pcie_width, max_pcie_width           nvmlDeviceGetCurrPcieLinkWidth / GetMaxPcieLinkWidth
-pcie_tx_Bps, pcie_rx_Bps             nvmlDeviceGetPcieThroughput (KB/s over 20 ms)
+pcie_tx_Bps, pcie_rx_Bps             nvmlDeviceGetPcieThroughput (KB/s over 20 ms),
+                                     every PCIE_THROUGHPUT_EVERY_S only (below)
 nvlink_tx_Bps, nvlink_rx_Bps         rate of the NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX
                                      field values (cumulative KiB, all links)
 ecc_uncorrected                      nvmlDeviceGetTotalEccErrors (uncorrected, volatile)
@@ -102,6 +103,14 @@ def rank_of_pid(pid: int, proc_root: str | Path = "/proc") -> int | None:
     return None
 
 
+# nvmlDeviceGetPcieThroughput blocks for its 20 ms measuring window: 20.5 ms a call on an H100 (driver
+# 580, `tools/gpu_overhead.py --micro`), against 2-80 us for every other query, so tx + rx took 41 of
+# the 43 ms of one GPU's sample, and on an 8-GPU node 330 ms of a 500 ms interval. The value is a
+# 20 ms snapshot (4% of a 500 ms interval), not a counter, so a slower cadence loses little: every
+# 5 s still gives a 30 s window six snapshots, at 40 ms per GPU per 5 s (0.8% of a core).
+PCIE_THROUGHPUT_EVERY_S = 5.0
+
+
 class GpuSampler:
     """One dict of contract ``gpu`` fields per GPU per call of :meth:`sample`.
 
@@ -112,8 +121,13 @@ class GpuSampler:
 
     def __init__(self, nvml: Any | None = None, *, rank_base: int = 0,
                  rank_of: Callable[[int], int | None] | None = None, proc_root: str | Path = "/proc",
-                 pid_rank: Callable[[int], int | None] | None = None, quiet: bool = False) -> None:
+                 pid_rank: Callable[[int], int | None] | None = None, quiet: bool = False,
+                 pcie_every_s: float = PCIE_THROUGHPUT_EVERY_S) -> None:
         self.nvml = nvml if nvml is not None else _load_pynvml()
+        self.pcie_every_ns = int(pcie_every_s * 1e9)
+        self._pcie_at: dict[int, int] = {}
+        # the board's maximum SM clock does not change while it runs: asked once (1.9 ms a call on an H100)
+        self._max_clock: dict[int, float] = {}
         self.rank_base = rank_base
         self.rank_of = rank_of
         self.proc_root = proc_root
@@ -224,9 +238,13 @@ class GpuSampler:
         clock = self._try(i, "sm_clock", "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
         if clock is not None:
             f["sm_clock_mhz"] = float(clock)
-        max_clock = self._try(i, "max_sm_clock", "nvmlDeviceGetMaxClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
+        max_clock = self._max_clock.get(i)
+        if max_clock is None:
+            got = self._try(i, "max_sm_clock", "nvmlDeviceGetMaxClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
+            if got is not None:
+                max_clock = self._max_clock[i] = float(got)
         if max_clock is not None:
-            f["max_sm_clock_mhz"] = float(max_clock)
+            f["max_sm_clock_mhz"] = max_clock
         power = self._try(i, "power", "nvmlDeviceGetPowerUsage", h)
         if power is not None:
             f["power_w"] = power / 1000.0
@@ -249,11 +267,14 @@ class GpuSampler:
             v = self._try(i, field, fn_name, h)
             if v is not None:
                 f[field] = int(v)
-        for field, counter in (("pcie_tx_Bps", getattr(nv, "NVML_PCIE_UTIL_TX_BYTES", 0)),
-                               ("pcie_rx_Bps", getattr(nv, "NVML_PCIE_UTIL_RX_BYTES", 1))):
-            v = self._try(i, field, "nvmlDeviceGetPcieThroughput", h, counter)
-            if v is not None:
-                f[field] = float(v) * 1024.0  # KB/s
+        last = self._pcie_at.get(i)
+        if last is None or ts_ns - last >= self.pcie_every_ns or ts_ns < last:
+            self._pcie_at[i] = ts_ns
+            for field, counter in (("pcie_tx_Bps", getattr(nv, "NVML_PCIE_UTIL_TX_BYTES", 0)),
+                                   ("pcie_rx_Bps", getattr(nv, "NVML_PCIE_UTIL_RX_BYTES", 1))):
+                v = self._try(i, field, "nvmlDeviceGetPcieThroughput", h, counter)
+                if v is not None:
+                    f[field] = float(v) * 1024.0  # KB/s
         f.update(self._nvlink(i, h, ts_ns))
         ecc = self._try(i, "ecc", "nvmlDeviceGetTotalEccErrors", h, getattr(nv, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
                         getattr(nv, "NVML_VOLATILE_ECC", 0))

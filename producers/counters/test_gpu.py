@@ -70,6 +70,7 @@ class FakeNvml:
         return 1410 if h == "h1" else 1980
 
     def nvmlDeviceGetMaxClockInfo(self, h, clock):
+        self._call("max_clock")
         return 1980
 
     def nvmlDeviceGetPowerUsage(self, h):
@@ -97,6 +98,7 @@ class FakeNvml:
         return 16
 
     def nvmlDeviceGetPcieThroughput(self, h, counter):
+        self._call("pcie_throughput")
         return 1000 if counter == 0 else 2000  # KB/s
 
     def nvmlDeviceGetFieldValues(self, h, ids):
@@ -134,7 +136,7 @@ class FakeNvml:
 
 def test_every_contract_field_nvml_provides() -> None:
     nv = FakeNvml()
-    s = GpuSampler(nv, rank_base=8)
+    s = GpuSampler(nv, rank_base=8, pcie_every_s=0)
     assert s.available and s.uuids == ["GPU-h0", "GPU-h1"]
     a = s.sample(ts_ns=1_000_000_000)
     nv.nvlink_kib = [1024, 2048]  # KiB since the last sample
@@ -151,6 +153,18 @@ def test_every_contract_field_nvml_provides() -> None:
     assert "nvlink_tx_Bps" not in a[0]  # a rate needs two samples
     assert b[0]["xid"] == 0 and "ecc_uncorrected" not in b[0]
     assert nv.calls["ecc"] == 2  # NOT_SUPPORTED on each GPU once, then never asked again
+
+
+def test_slow_queries_are_asked_at_their_own_cadence() -> None:
+    """PCIe throughput (a 20 ms blocking call) every PCIE_THROUGHPUT_EVERY_S; the fixed maximum clock once."""
+    nv = FakeNvml()
+    s = GpuSampler(nv)
+    every_ns = int(gpu_mod.PCIE_THROUGHPUT_EVERY_S * 1e9)
+    out = [s.sample(ts_ns=t) for t in range(0, 2 * every_ns + 1, every_ns // 10)]  # 21 samples at 10 a period
+    with_pcie = [k for k, o in enumerate(out) if "pcie_tx_Bps" in o[0]]
+    assert with_pcie == [0, 10, 20] and nv.calls["pcie_throughput"] == 3 * 2 * 2  # tx + rx, two GPUs
+    assert nv.calls["max_clock"] == 2 and all(o[1]["max_sm_clock_mhz"] == 1980.0 for o in out)
+    assert "pcie_tx_Bps" in s.sample(ts_ns=0)[0]  # a clock stepped back (a new run) reads again
 
 
 def test_records_are_contract_valid_and_detector_readable() -> None:

@@ -13,6 +13,12 @@ seconds (GPU and host clocks drift apart slowly), only once every pending
 event has been resolved, so an event is never timed against an anchor
 recorded after it.
 
+Events are reused: a resolved pair's two events go back to a free list
+(at most ``POOL_MAX``) and the next regions record them again, since
+creating and destroying a CUDA event per region cost the training thread
+measurably on an H100 (``tools/gpu_overhead.py``). An event is only
+returned once its times have been read, so a re-record never races a read.
+
 Pending pairs are bounded like the record queue: past ``MAX_PENDING`` the new
 pair is dropped and counted. Names get a ``[gpu]`` suffix (``Net.forward[gpu]``,
 kind ``kernel``): the same name as the host span would make two kinds of one
@@ -30,6 +36,9 @@ from typing import Any
 
 ANCHOR_S = 30.0
 MAX_PENDING = 20_000
+# Free events kept for reuse: a step's regions and DDP buckets resolve within a flush or two, so a few
+# hundred cover them; past this the spare ones are simply dropped (freed by CUDA).
+POOL_MAX = 512
 GPU_SUFFIX = "[gpu]"
 
 
@@ -40,6 +49,8 @@ class CudaTimer:
         self.torch = torch
         self.device = torch.cuda.current_device() if device is None else device
         self.pending: deque = deque()
+        self.free: deque = deque()  # resolved events, ready to record again (append/pop are atomic)
+        self.pool_max = POOL_MAX
         self.dropped = 0
         self.active = True
         self._side_stream = None
@@ -48,8 +59,14 @@ class CudaTimer:
 
     # -- training thread ---------------------------------------------------------
 
+    def _event(self) -> Any:
+        try:
+            return self.free.pop()
+        except IndexError:
+            return self.torch.cuda.Event(enable_timing=True)
+
     def start(self) -> Any:
-        ev = self.torch.cuda.Event(enable_timing=True)
+        ev = self._event()
         ev.record()
         return ev
 
@@ -59,7 +76,7 @@ class CudaTimer:
         if len(self.pending) >= MAX_PENDING:
             self.dropped += 1
             return
-        end = self.torch.cuda.Event(enable_timing=True)
+        end = self._event()
         end.record()
         self.pending.append((start, end, fn + GPU_SUFFIX if suffix else fn, kind, step, extra))
 
@@ -94,6 +111,9 @@ class CudaTimer:
                 offset_ms = anchor.elapsed_time(start)
             except Exception:
                 continue  # events of another device, or never recorded
+            if len(self.free) < self.pool_max:
+                self.free.append(start)
+                self.free.append(end)
             ts = anchor_ns + int(offset_ms * 1e6)
             tracer.emit(fn, kind, ts, max(0, int(dur_ms * 1e6)), step, extra)
             n += 1

@@ -244,6 +244,20 @@ def test_cuda_timer_resolves_events_against_an_anchor() -> None:
     fn, kind, ts, dur, step, extra = emitted[0]
     assert (fn, kind, step, dur) == ("Net.forward[gpu]", "kernel", 3, 4_500_000)
     assert ts == anchor_ns + 10_000_000
+    # a resolved pair's events are recorded again by the next region, not created anew
+    made = len(timer.free)
+    assert made == 2
+    ev2 = timer.start()
+    clock["gpu_ms"] = 22.0
+    timer.stop(ev2, "Net.forward", "kernel", 4)
+    assert not timer.free and timer.pending[0][0] is ev2
+    clock["gpu_ms"] = 30.0
+    assert timer.resolve(sink) == 1 and emitted[1][3] == 2_000_000 and emitted[1][2] == anchor_ns + 20_000_000
+    timer.pool_max = 0  # a full pool keeps no more
+    ev3 = timer.start()
+    timer.stop(ev3, "Net.forward", "kernel", 5)
+    clock["gpu_ms"] = 40.0
+    assert timer.resolve(sink) == 1 and len(timer.free) == 0
 
 
 DDP_LOOP = """

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The device check of the GPU paths, as one short script (issue 12 item 6), run from the repo root on a
+# machine with an NVIDIA GPU and torch: the real-NVML test, the CUDA-event timer test, then
+# tools/gpu_proof.py (a traced single-GPU NCCL job, its records checked). Results go to $OUT
+# (default /tmp/gpu-proof). Packages missing there (msgspec) travel as wheels in .whl/ (see the
+# device tool's README); the repo is imported as `eroica` through a symlink, no install needed.
+set -u
+OUT=${OUT:-/tmp/gpu-proof}
+SECONDS_RUN=${PROOF_SECONDS:-40}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+mkdir -p /tmp/pkgroot && ln -sfn "$PWD" /tmp/pkgroot/eroica
+export PYTHONPATH=/tmp/pkgroot:$PYTHONPATH
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
+  python3 -c "import torch, pynvml; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } 2>&1 | tee "$OUT/env.txt"
+# --noconftest: the root conftest loads the Kafka/ClickHouse fixtures, which need packages this check does not
+python3 -m pytest -q --noconftest -p no:cacheprovider -rs producers/counters/test_gpu.py \
+  producers/tracer/test_torch_hooks.py::test_cuda_timer_resolves_events_against_an_anchor tests/test_gpu_proof.py \
+  2>&1 | tee "$OUT/pytest.txt" | tail -8
+PYTHONUNBUFFERED=1 timeout $((SECONDS_RUN + 200)) python3 tools/gpu_proof.py --out /tmp/proof --seconds "$SECONDS_RUN" \
+  >"$OUT/gpu_proof.txt" 2>&1
+echo "gpu_proof rc=$?" >>"$OUT/gpu_proof.txt"
+cp /tmp/proof/gpu_proof.json /tmp/proof/*.log "$OUT/" 2>/dev/null
+head -c 4000000 /tmp/proof/run.jsonl >"$OUT/run_head.jsonl" 2>/dev/null
+wc -l /tmp/proof/run.jsonl 2>/dev/null
+tail -c 3000 "$OUT/gpu_proof.txt"
