@@ -236,13 +236,37 @@ def concat(batches: Sequence[Columns]) -> Columns:
         if dtype != CAT:
             arrays[name] = np.concatenate([b.arrays[name] for b in batches])
             continue
-        table: dict[str, int] = {}
-        parts = []
-        for b in batches:
-            remap = np.fromiter((table.setdefault(s, len(table)) for s in b.vocab[name]),
-                                dtype=np.int32, count=len(b.vocab[name]))
-            parts.append(remap[b.arrays[name]] if len(remap) else b.arrays[name])
-        arrays[name] = np.concatenate(parts)
+        # Frames of one stream repeat one vocabulary (a rank's function names): each distinct one is
+        # mapped once into the merged table, and every batch's codes are shifted to its vocabulary's
+        # block of one combined remap and looked up in one pass (a per-batch, per-string loop was most
+        # of a window's concat).
+        if any(not b.vocab[name] for b in batches):  # codes without a vocabulary pass through as they are
+            table: dict[str, int] = {}
+            parts = []
+            for b in batches:
+                remap = np.fromiter((table.setdefault(s, len(table)) for s in b.vocab[name]),
+                                    dtype=np.int32, count=len(b.vocab[name]))
+                parts.append(remap[b.arrays[name]] if len(remap) else b.arrays[name])
+            arrays[name] = np.concatenate(parts)
+            vocab[name] = list(table)
+            continue
+        table = {}
+        block_of: dict[tuple[str, ...], int] = {}
+        remaps: list[np.ndarray] = []
+        offsets = np.empty(len(batches), dtype=np.int64)
+        size = 0
+        for i, b in enumerate(batches):
+            voc = tuple(b.vocab[name])
+            at = block_of.get(voc)
+            if at is None:
+                at = block_of[voc] = size
+                remaps.append(np.fromiter((table.setdefault(s, len(table)) for s in voc), dtype=np.int32,
+                                          count=len(voc)))
+                size += len(voc)
+            offsets[i] = at
+        codes = np.concatenate([b.arrays[name] for b in batches]).astype(np.int64)
+        codes += np.repeat(offsets, [len(b) for b in batches])
+        arrays[name] = np.concatenate(remaps)[codes]
         vocab[name] = list(table)
     return Columns(type_, arrays, vocab)
 

@@ -44,7 +44,7 @@ import msgspec
 import numpy as np
 
 from .columns import CAT, SCHEMAS, Columns
-from .limits import MAX_MESSAGE_BYTES, LimitError, check_msgpack, failure_reason
+from .limits import MAX_DEPTH, MAX_MESSAGE_BYTES, LimitError, check_msgpack, check_size, failure_reason, value_depth
 from .records import MAX_DUR_NS, MAX_TS_NS, JobRecord
 
 MAGIC = b"EF"
@@ -113,7 +113,8 @@ def frame_kind(data: bytes) -> str:
     return kind
 
 
-def _unpack(data: bytes, want: str) -> dict[str, Any]:
+def _unpack(data: bytes, want: str, prescan: bool = True) -> dict[str, Any]:
+    """The body of a ``want`` message; ``prescan=False`` checks the size only (the caller bounds the rest)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise FrameError(f"not an Eroica frame: a {type(data).__name__}, not bytes")
     kind = frame_kind(data)
@@ -121,7 +122,10 @@ def _unpack(data: bytes, want: str) -> dict[str, Any]:
         raise FrameError(f"expected a {want} frame, got {kind}")
     payload = memoryview(data)[HEADER_LEN:]
     try:
-        check_msgpack(payload, MAX_MESSAGE_BYTES, what=f"{want} frame")
+        if prescan:
+            check_msgpack(payload, MAX_MESSAGE_BYTES, what=f"{want} frame")
+        else:
+            check_size(payload, MAX_MESSAGE_BYTES, what=f"{want} frame")
         body = msgpack.unpackb(payload, raw=False)
     except LimitError as exc:
         raise FrameError(f"corrupt {want} frame: {exc}") from None
@@ -199,9 +203,89 @@ def encode_frame(cols: Columns, meta: dict[str, Any] | None = None) -> bytes:
     return _pack(COLUMNS, {"t": cols.type, "n": n, "c": columns, "v": vocab, "m": meta or {}})
 
 
+# numpy dtypes of the wire's dtype strings, parsed once (np.dtype() per column was a tenth of decoding)
+_DTYPE_OF: dict[str, np.dtype] = {}
+
+
+def _dtype(dstr: str) -> np.dtype:
+    dt = _DTYPE_OF.get(dstr)
+    if dt is None:
+        dt = np.dtype(dstr[:8])
+        if len(_DTYPE_OF) < 256:
+            _DTYPE_OF[dstr] = dt
+    return dt
+
+
+# Column layouts already validated once: (type, ((name, dtype string), ...)) -> what to read where.
+# A stream's frames repeat one layout, so the per-column checks of names and dtypes run once per
+# layout, not per frame; a frame whose layout is not here takes the full check (bounded: 256).
+_LAYOUT_OF: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[tuple[int, str, np.dtype, np.dtype], ...]] = {}
+
+
+def _columns_of_known_layout(type_: str, n: int, columns: list[Any]) -> dict[str, np.ndarray] | None:
+    """The arrays of a frame whose column layout was validated before; None to take the full check."""
+    for e in columns:
+        if type(e) is not list or len(e) != 3 or type(e[2]) is not bytes:
+            return None
+    try:
+        plan = _LAYOUT_OF.get((type_, tuple([(e[0], e[1]) for e in columns])))
+    except TypeError:  # an unhashable name or dtype: the full check says what is wrong
+        return None
+    if plan is None:
+        return None
+    arrays: dict[str, np.ndarray] = {}
+    for index, name, dt, want in plan:
+        buf = columns[index][2]
+        if len(buf) != n * dt.itemsize:
+            return None
+        arr = np.frombuffer(buf, dtype=dt)
+        arrays[name] = arr if dt.isnative else arr.astype(want)
+    return arrays
+
+
+def _columns(type_: str, n: int, columns: list[Any], wire: dict[str, np.dtype]) -> dict[str, np.ndarray]:
+    """Every column checked: an entry of [name, dtype, bytes] each, known dtypes, lengths, none missing."""
+    arrays: dict[str, np.ndarray] = {}
+    plan = []
+    for index, entry in enumerate(columns):
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+                and isinstance(entry[1], str) and isinstance(entry[2], bytes)):
+            raise FrameError("corrupt columns frame: a column entry is not [name, dtype, bytes]")
+        name, dstr, buf = entry
+        want = wire.get(name)
+        if want is None:
+            continue  # a column from a newer writer: ignored, as the contract ignores unknown fields
+        try:
+            dt = _dtype(dstr)
+        except (TypeError, ValueError):
+            raise FrameError(f"corrupt columns frame: column {name!r} has bad dtype {dstr!r}") from None
+        if dt.kind != want.kind or dt.itemsize != want.itemsize:
+            raise FrameError(f"corrupt columns frame: column {name!r} is {dt.str}, expected {want.str}")
+        if len(buf) != n * dt.itemsize:
+            raise FrameError(f"corrupt columns frame: column {name!r} holds {len(buf)} bytes, "
+                             f"expected {n} x {dt.itemsize}")
+        arr = np.frombuffer(buf, dtype=dt)
+        arrays[name] = arr if dt.isnative else arr.astype(want)
+        plan.append((index, name, dt, want))
+    missing = [k for k in wire if k not in arrays]
+    if missing:
+        raise FrameError(f"corrupt columns frame: missing columns {missing}")
+    if len(_LAYOUT_OF) < 256:
+        _LAYOUT_OF[(type_, tuple((e[0], e[1]) for e in columns))] = tuple(plan)
+    return arrays
+
+
 def decode_frame(data: bytes) -> tuple[Columns, dict[str, Any]]:
-    """Columns and metadata of a columns frame; arrays are zero-copy, read-only views."""
-    body = _unpack(data, COLUMNS)
+    """Columns and metadata of a columns frame; arrays are zero-copy, read-only views.
+
+    The hot path of the summariser: no pre-scan of the body's nesting (walking
+    a frame's headers, vocabularies included, cost as much as decoding it).
+    msgpack's own unpacker is safe on any nesting (its stack, not Python's,
+    refuses past 1,024 levels), and every part kept is checked for its shape
+    below: the columns and vocabularies are flat by that check, and ``m``, the
+    one free-form part handed on, is bounded by :func:`value_depth`.
+    """
+    body = _unpack(data, COLUMNS, prescan=False)
     try:
         type_, n, columns, vocab, meta = body["t"], body["n"], body["c"], body["v"], body["m"]
     except KeyError as exc:
@@ -212,29 +296,13 @@ def decode_frame(data: bytes) -> tuple[Columns, dict[str, Any]]:
     if not isinstance(n, int) or n < 0 or not isinstance(columns, list) or not isinstance(vocab, dict) \
             or not isinstance(meta, dict):
         raise FrameError("corrupt columns frame: malformed n, c, v or m field")
-    arrays: dict[str, np.ndarray] = {}
-    for entry in columns:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-                and isinstance(entry[1], str) and isinstance(entry[2], bytes)):
-            raise FrameError("corrupt columns frame: a column entry is not [name, dtype, bytes]")
-        name, dstr, buf = entry
-        want = wire.get(name)
-        if want is None:
-            continue  # a column from a newer writer: ignored, as the contract ignores unknown fields
-        try:
-            dt = np.dtype(dstr[:8])
-        except (TypeError, ValueError):
-            raise FrameError(f"corrupt columns frame: column {name!r} has bad dtype {dstr!r}") from None
-        if dt.kind != want.kind or dt.itemsize != want.itemsize:
-            raise FrameError(f"corrupt columns frame: column {name!r} is {dt.str}, expected {want.str}")
-        if len(buf) != n * dt.itemsize:
-            raise FrameError(f"corrupt columns frame: column {name!r} holds {len(buf)} bytes, "
-                             f"expected {n} x {dt.itemsize}")
-        arr = np.frombuffer(buf, dtype=dt)
-        arrays[name] = arr if dt.isnative else arr.astype(want)
-    missing = [k for k in wire if k not in arrays]
-    if missing:
-        raise FrameError(f"corrupt columns frame: missing columns {missing}")
+    try:
+        value_depth(meta, MAX_DEPTH - 1, what="its m field")
+    except LimitError as exc:
+        raise FrameError(f"corrupt columns frame: {exc}") from None
+    arrays = _columns_of_known_layout(type_, n, columns)
+    if arrays is None:
+        arrays = _columns(type_, n, columns, wire)
     vocabs: dict[str, list[str]] = {}
     for name, d in SCHEMAS[type_].items():
         if d != CAT:
@@ -243,7 +311,8 @@ def decode_frame(data: bytes) -> tuple[Columns, dict[str, Any]]:
         if not isinstance(voc, list) or not all(type(s) is str for s in voc):
             raise FrameError(f"corrupt columns frame: vocabulary of {name!r} is not a list of strings")
         codes = arrays[name]
-        if n and (int(codes.min()) < 0 or int(codes.max()) >= len(voc)):
+        # one reduction for both bounds: a negative int32 code is above any vocabulary as uint32
+        if n and int(codes.view(np.uint32).max()) >= len(voc):
             raise FrameError(f"corrupt columns frame: codes of {name!r} outside its vocabulary of {len(voc)}")
         vocabs[name] = voc
     if n:
@@ -251,7 +320,7 @@ def decode_frame(data: bytes) -> tuple[Columns, dict[str, Any]]:
         # producer that skipped validation must not overflow the summariser's int64 work.
         for name, hi in (("ts_ns", MAX_TS_NS), ("dur_ns", MAX_DUR_NS)):
             col = arrays.get(name)
-            if col is not None and (int(col.min()) < 0 or int(col.max()) > hi):
+            if col is not None and int(col.view(np.uint64).max()) > hi:  # negatives: huge as uint64
                 raise FrameError(f"corrupt columns frame: {name} outside [0, {hi}]")
     ordered = {k: arrays[k] for k in wire}
     return Columns(type_, ordered, vocabs), meta

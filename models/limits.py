@@ -11,6 +11,13 @@ refuse a payload above a size bound or nested deeper than ``MAX_DEPTH`` with a
 other exception (``RecursionError``, ``MemoryError``, ``UnicodeDecodeError``,
 ``OverflowError``...) into its own error type with :func:`failure_reason`.
 
+One decoder skips the msgpack pre-scan: ``frames.decode_frame``, the
+summariser's hot path, where walking a frame's headers cost as much as
+decoding it. msgpack's C unpacker is itself safe (its own stack refuses past
+1,024 levels; lengths are bounded by the input), the frame's columns and
+vocabularies are checked flat after decoding, and its free-form ``m`` is
+bounded by :func:`value_depth`.
+
 Both pre-scans are linear and cheap: the JSON one counts the bytes ``[`` and
 ``{`` (a line with no more openers than the bound cannot be deeper: the usual
 case, one C pass) and only otherwise masks strings and takes a running sum of
@@ -19,6 +26,8 @@ and number payloads by their length.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -237,6 +246,39 @@ def msgpack_depth(data: bytes | bytearray | memoryview, max_depth: int = MAX_DEP
         else:
             pos += fixed + (length if lbytes else 0)
     return deepest
+
+
+def value_depth(value: object, max_depth: int = MAX_DEPTH, what: str = "message") -> int:
+    """Deepest nesting of dicts and lists in a decoded value; LimitError past ``max_depth``.
+
+    For what msgpack has already decoded safely (its C unpacker keeps its own
+    stack and refuses past 1,024 levels with a StackError; lengths are bounded by
+    the input), before a free-form part of it goes where Python recursion could
+    meet it. Iterative, so the check itself cannot overflow.
+    """
+    deepest = 0
+    todo: list[tuple[object, int]] = [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        items: Iterable[object]
+        if isinstance(v, dict):
+            items = v.values()
+        elif isinstance(v, (list, tuple)):
+            items = v
+        else:
+            continue
+        if d > deepest:
+            deepest = d
+            if deepest > max_depth:
+                raise LimitError(f"{what} nested more than {max_depth} levels deep, over the bound")
+        todo.extend((x, d + 1) for x in items)
+    return deepest
+
+
+def check_size(data: bytes | bytearray | memoryview, max_bytes: int = MAX_MESSAGE_BYTES,
+               what: str = "message") -> None:
+    """LimitError if ``data`` is over ``max_bytes``."""
+    _size(data, max_bytes, what)
 
 
 def check_msgpack(data: bytes | bytearray | memoryview, max_bytes: int = MAX_MESSAGE_BYTES,

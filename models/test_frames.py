@@ -127,6 +127,7 @@ def _repack(data: bytes, body: dict) -> bytes:
 ])
 def test_corrupt_frames_raise_frame_error(mutate, message: str) -> None:
     data = encode_frame(_batch(LINES).columns["fn"])
+    decode_frame(data)  # its layout is now known: the corrupt variants must still be refused
     with pytest.raises(FrameError, match=message):
         decode_frame(mutate(data))
 
@@ -173,3 +174,18 @@ def test_property_frames_of_any_slice_round_trip(lines: list[dict], cut: int) ->
         parts = [cols.take(np.arange(i, min(i + cut, len(cols)))) for i in range(0, len(cols), cut)]
         decoded = [decode_frame(encode_frame(p))[0] for p in parts]
         assert to_records(concat(decoded)) == to_records(cols)
+
+
+def test_a_frame_nested_deep_is_refused_where_it_is_kept_and_dropped_where_it_is_not() -> None:
+    """No pre-scan on the hot path: msgpack's own stack bounds the body, ``m`` gets a depth check."""
+    data = encode_frame(_batch(LINES).columns["fn"])
+    deep: object = 1
+    for _ in range(500):
+        deep = [deep]
+    with pytest.raises(FrameError, match="nested more than"):
+        decode_frame(_repack(data, {**_body(data), "m": {"x": deep}}))
+    cols, meta = decode_frame(_repack(data, {**_body(data), "zz_future": deep}))  # unknown: ignored
+    assert len(cols) == len(decode_frame(data)[0]) and meta == {}
+    too_deep = data[:4] + b"\x81\xa1m" + b"\x91" * 2000 + b"\x01"  # past msgpack's own 1,024 levels
+    with pytest.raises(FrameError, match="corrupt columns frame"):
+        decode_frame(too_deep)

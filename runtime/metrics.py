@@ -139,12 +139,24 @@ def reason_label(reason: str) -> str:
         return text
 
 
+# The labelled children of the per-message counters, looked up once: ``labels()`` builds a key and
+# takes a lock (~10 us), once per frame on the summariser's hot path. Labels here are fixed names.
+_RECORDS_IN: dict[tuple[str, str], Any] = {}
+_RECORDS_OUT: dict[tuple[str, str], Any] = {}
+
+
 def records_in(component: str, source: str, n: int = 1) -> None:
-    RECORDS_IN.labels(component, source).inc(n)
+    child = _RECORDS_IN.get((component, source))
+    if child is None:
+        child = _RECORDS_IN[(component, source)] = RECORDS_IN.labels(component, source)
+    child.inc(n)
 
 
 def records_out(component: str, sink: str, n: int = 1) -> None:
-    RECORDS_OUT.labels(component, sink).inc(n)
+    child = _RECORDS_OUT.get((component, sink))
+    if child is None:
+        child = _RECORDS_OUT[(component, sink)] = RECORDS_OUT.labels(component, sink)
+    child.inc(n)
 
 
 def invalid(component: str, reason: str, n: int = 1) -> None:

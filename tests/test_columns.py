@@ -364,3 +364,35 @@ def test_nccl_kernels_recorded_as_kernels_are_read_as_collectives():
     assert ops == ["all_reduce", "send", "reduce_scatter", None, None, "all_gather", None]
     plain = C.from_records("fn", [fn("sm90_xmma_gemm_bf16bf16", "kernel")])
     assert C.collective_kernels(plain) is plain  # nothing to change: the same batch, no copy
+
+
+def _concat_one_by_one(batches: list[C.Columns], name: str) -> tuple[np.ndarray, list[str]]:
+    """The plain merge: every batch's vocabulary mapped string by string, in order."""
+    table: dict[str, int] = {}
+    parts = []
+    for b in batches:
+        remap = np.fromiter((table.setdefault(s, len(table)) for s in b.vocab[name]), dtype=np.int32,
+                            count=len(b.vocab[name]))
+        parts.append(remap[b.arrays[name]] if len(remap) else b.arrays[name])
+    return np.concatenate(parts), list(table)
+
+
+VOCABS = [["a", "b", "c"], ["c", "a"], ["x"], ["b", "z", "a", "q"]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(range(len(VOCABS))), st.lists(st.integers(0, 3), min_size=1, max_size=12)),
+                min_size=2, max_size=6))
+def test_concat_merges_repeated_vocabularies_as_one_by_one(spec) -> None:
+    batches = []
+    for v, picks in spec:
+        voc = VOCABS[v]
+        arrays = {name: (np.array([p % len(voc) for p in picks], dtype=np.int32) if d == C.CAT
+                         else np.zeros(len(picks), dtype=d)) for name, d in C.SCHEMAS["fn"].items()}
+        batches.append(C.Columns("fn", arrays, {name: list(voc) for name, d in C.SCHEMAS["fn"].items() if d == C.CAT}))
+    out = C.concat(batches)
+    for name, d in C.SCHEMAS["fn"].items():
+        if d == C.CAT:
+            codes, vocab = _concat_one_by_one(batches, name)
+            assert out.vocab[name] == vocab and out.arrays[name].dtype == np.int32
+            assert np.array_equal(out.arrays[name], codes)
