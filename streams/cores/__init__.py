@@ -4,6 +4,8 @@
   (:class:`~.summariser_core.PartitionSummariser`: watermarks, holds, idle closing);
 - ``detector_core.py``: one digests partition -> job windows -> verdicts and window
   summaries (:class:`~.detector_core.DetectorCore`, the persisted :class:`~.detector_core.JobState`);
+- ``coverage.py``: how far a job's expected keys are covered, kept per message (the detector's
+  completeness test without a pass over every source);
 - ``ingest.py``: contract JSON Lines from outside collectors -> frames and dead letters;
 - ``digest_messages.py``: the messages of the digests topic (summariser or edge node -> detector);
 - ``step.py``: what each call returns (:class:`~.step.Step`: sends, job states to persist, acks).

@@ -43,6 +43,7 @@ from eroica.streams.detection.history import JobHistory
 from eroica.streams.detection.window_summaries import window_summaries
 from eroica.runtime import metrics
 
+from .coverage import Coverage
 from .digest_messages import DigestMsg, EndMsg, JobMsg, MessageError, decode_message
 from .step import PATTERNS, VERDICTS, Send, Step, dead_letter
 
@@ -140,6 +141,8 @@ class _Pending:
 class _Job:
     state: JobState
     pending: dict[int, _Pending] = field(default_factory=dict)
+    coverage: Coverage = field(default_factory=Coverage)  # completeness, kept per message (not persisted)
+    coverage_first: bool = True  # whether it was built for the job's first window (rank_nodes expected)
 
 
 class DetectorCore:
@@ -185,10 +188,12 @@ class DetectorCore:
         if isinstance(msg, JobMsg):
             self.stats.job_records += 1
             st.meta = msg.record
+            js.coverage.invalidate()
         else:
-            self._progress(st, msg.source, msg.keys, msg.closed_through_ns)
+            self._progress(js, msg.source, msg.keys, msg.closed_through_ns)
             if isinstance(msg, EndMsg):
                 st.ended = sorted(set(st.ended) | set(msg.keys))
+                js.coverage.end(msg.keys)
                 if msg.job_keys:
                     st.job_keys = msg.job_keys
         return out.extend(self._run(js, now))
@@ -211,19 +216,23 @@ class DetectorCore:
         return js
 
     @staticmethod
-    def _progress(st: JobState, source: str, keys: list[str], closed_through_ns: int) -> None:
+    def _progress(js: _Job, source: str, keys: list[str], closed_through_ns: int) -> None:
+        st = js.state
         sp = st.sources.get(source)
         if sp is None:
             st.sources[source] = SourceProgress(list(keys), closed_through_ns)
+            js.coverage.add(keys, closed_through_ns)  # a new source: its keys are expected from now on
             return
         if len(keys) > len(sp.keys) or set(keys) - set(sp.keys):
             sp.keys = sorted(set(sp.keys) | set(keys))
+            js.coverage.add(sp.keys, max(sp.closed_through_ns, closed_through_ns))
         sp.closed_through_ns = max(sp.closed_through_ns, closed_through_ns)
+        js.coverage.advance(sp.keys, sp.closed_through_ns)
 
     def _on_digest(self, js: _Job, msg: DigestMsg, token: Any, now: float) -> Step:
         st = js.state
         self.stats.digests += 1
-        self._progress(st, msg.source, msg.keys, msg.closed_through_ns)
+        self._progress(js, msg.source, msg.keys, msg.closed_through_ns)
         if msg.start_ns <= st.done_through_ns:
             self.stats.late_windows += 1
             st.late_windows += 1
@@ -253,17 +262,18 @@ class DetectorCore:
             keys.update(f"{st.job}/{n}" for n in set(meta.rank_nodes))
         return keys
 
-    def _complete(self, st: JobState, start_ns: int) -> bool:
+    def _complete(self, js: _Job, start_ns: int) -> bool:
+        """Every expected key covered by a source that closed the window, or ended (see :mod:`.coverage`)."""
+        st = js.state
         if st.job_keys and len(st.ended) >= st.job_keys:
             return True
-        expected = self._expected(st)
-        if expected is None:
-            return False
-        covered = set(st.ended)
-        for sp in st.sources.values():
-            if sp.closed_through_ns >= start_ns:
-                covered.update(sp.keys)
-        return expected <= covered
+        first = st.done_through_ns < 0
+        cov = js.coverage
+        if cov.stale or js.coverage_first != first:
+            cov.rebuild(self._expected(st), ((sp.keys, sp.closed_through_ns) for sp in st.sources.values()),
+                        st.ended)
+            js.coverage_first = first
+        return cov.covered_through(start_ns)
 
     def _run(self, js: _Job, now: float) -> Step:
         out = Step()
@@ -271,7 +281,7 @@ class DetectorCore:
         while js.pending:
             start = min(js.pending)
             p = js.pending[start]
-            complete = self._complete(st, start)
+            complete = self._complete(js, start)
             if not complete and now - p.first_seen < self.grace_s:
                 break
             if not complete:
