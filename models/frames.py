@@ -203,23 +203,15 @@ def encode_frame(cols: Columns, meta: dict[str, Any] | None = None) -> bytes:
     return _pack(COLUMNS, {"t": cols.type, "n": n, "c": columns, "v": vocab, "m": meta or {}})
 
 
-# numpy dtypes of the wire's dtype strings, parsed once (np.dtype() per column was a tenth of decoding)
-_DTYPE_OF: dict[str, np.dtype] = {}
-
-
-def _dtype(dstr: str) -> np.dtype:
-    dt = _DTYPE_OF.get(dstr)
-    if dt is None:
-        dt = np.dtype(dstr[:8])
-        if len(_DTYPE_OF) < 256:
-            _DTYPE_OF[dstr] = dt
-    return dt
-
-
 # Column layouts already validated once: (type, ((name, dtype string), ...)) -> what to read where.
 # A stream's frames repeat one layout, so the per-column checks of names and dtypes run once per
 # layout, not per frame; a frame whose layout is not here takes the full check (bounded: 256).
 _LAYOUT_OF: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[tuple[int, str, np.dtype, np.dtype], ...]] = {}
+
+
+def _layout_key(type_: str, columns: list[Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A frame's column layout: its type and each entry's (name, dtype string), in order."""
+    return type_, tuple([(e[0], e[1]) for e in columns])
 
 
 def _columns_of_known_layout(type_: str, n: int, columns: list[Any]) -> dict[str, np.ndarray] | None:
@@ -228,7 +220,7 @@ def _columns_of_known_layout(type_: str, n: int, columns: list[Any]) -> dict[str
         if type(e) is not list or len(e) != 3 or type(e[2]) is not bytes:
             return None
     try:
-        plan = _LAYOUT_OF.get((type_, tuple([(e[0], e[1]) for e in columns])))
+        plan = _LAYOUT_OF.get(_layout_key(type_, columns))
     except TypeError:  # an unhashable name or dtype: the full check says what is wrong
         return None
     if plan is None:
@@ -256,7 +248,7 @@ def _columns(type_: str, n: int, columns: list[Any], wire: dict[str, np.dtype]) 
         if want is None:
             continue  # a column from a newer writer: ignored, as the contract ignores unknown fields
         try:
-            dt = _dtype(dstr)
+            dt = np.dtype(dstr[:8])
         except (TypeError, ValueError):
             raise FrameError(f"corrupt columns frame: column {name!r} has bad dtype {dstr!r}") from None
         if dt.kind != want.kind or dt.itemsize != want.itemsize:
@@ -271,7 +263,7 @@ def _columns(type_: str, n: int, columns: list[Any], wire: dict[str, np.dtype]) 
     if missing:
         raise FrameError(f"corrupt columns frame: missing columns {missing}")
     if len(_LAYOUT_OF) < 256:
-        _LAYOUT_OF[(type_, tuple((e[0], e[1]) for e in columns))] = tuple(plan)
+        _LAYOUT_OF[_layout_key(type_, columns)] = tuple(plan)
     return arrays
 
 

@@ -141,22 +141,22 @@ def reason_label(reason: str) -> str:
 
 # The labelled children of the per-message counters, looked up once: ``labels()`` builds a key and
 # takes a lock (~10 us), once per frame on the summariser's hot path. Labels here are fixed names.
-_RECORDS_IN: dict[tuple[str, str], Any] = {}
-_RECORDS_OUT: dict[tuple[str, str], Any] = {}
+_CHILDREN: dict[tuple[Any, str, str], Any] = {}
+
+
+def _child(counter: Any, component: str, label: str) -> Any:
+    child = _CHILDREN.get((counter, component, label))
+    if child is None:
+        child = _CHILDREN[(counter, component, label)] = counter.labels(component, label)
+    return child
 
 
 def records_in(component: str, source: str, n: int = 1) -> None:
-    child = _RECORDS_IN.get((component, source))
-    if child is None:
-        child = _RECORDS_IN[(component, source)] = RECORDS_IN.labels(component, source)
-    child.inc(n)
+    _child(RECORDS_IN, component, source).inc(n)
 
 
 def records_out(component: str, sink: str, n: int = 1) -> None:
-    child = _RECORDS_OUT.get((component, sink))
-    if child is None:
-        child = _RECORDS_OUT[(component, sink)] = RECORDS_OUT.labels(component, sink)
-    child.inc(n)
+    _child(RECORDS_OUT, component, sink).inc(n)
 
 
 def invalid(component: str, reason: str, n: int = 1) -> None:

@@ -223,11 +223,14 @@ class DetectorCore:
             st.sources[source] = SourceProgress(list(keys), closed_through_ns)
             js.coverage.add(keys, closed_through_ns)  # a new source: its keys are expected from now on
             return
-        if len(keys) > len(sp.keys) or set(keys) - set(sp.keys):
+        grown = len(keys) > len(sp.keys) or bool(set(keys) - set(sp.keys))
+        if grown:
             sp.keys = sorted(set(sp.keys) | set(keys))
-            js.coverage.add(sp.keys, max(sp.closed_through_ns, closed_through_ns))
         sp.closed_through_ns = max(sp.closed_through_ns, closed_through_ns)
-        js.coverage.advance(sp.keys, sp.closed_through_ns)
+        if grown:  # new keys join the expected set (and advance with the rest)
+            js.coverage.add(sp.keys, sp.closed_through_ns)
+        else:
+            js.coverage.advance(sp.keys, sp.closed_through_ns)
 
     def _on_digest(self, js: _Job, msg: DigestMsg, token: Any, now: float) -> Step:
         st = js.state
