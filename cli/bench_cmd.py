@@ -21,13 +21,16 @@ def bench() -> None:
 @click.option("--profile", "profiles", type=click.Choice(["default", "realistic"]), multiple=True,
               help="Simulator fleet profile(s) (default: both). 'realistic' adds the nuisances of a real "
                    "fleet drawn per seed and is analysed at the detector's default window.")
+@click.option("--first-seed", type=click.IntRange(min=1, max=5999), default=1, show_default=True,
+              help="Start the tuning seeds here (FIRST..FIRST+N-1): fresh seeds for a new look at failures. "
+                   "The held-out seeds stay 6001..6000+N.")
 @click.option("--holdout", is_flag=True,
               help="Also run the held-out seeds, reported apart. Do not look at them while tuning.")
 @click.option("--only", default=None, help="Run only scenarios whose name contains this text.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--verbose", "-v", is_flag=True, help="Show every verdict of failing scenarios.")
-def accuracy(seeds: int, scales: tuple[str, ...], profiles: tuple[str, ...], holdout: bool, only: str | None,
-             fmt: str, verbose: bool) -> None:
+def accuracy(seeds: int, scales: tuple[str, ...], profiles: tuple[str, ...], first_seed: int, holdout: bool,
+             only: str | None, fmt: str, verbose: bool) -> None:
     """Run every simulator fault and healthy runs, print a scorecard.
 
     \b
@@ -47,7 +50,7 @@ def accuracy(seeds: int, scales: tuple[str, ...], profiles: tuple[str, ...], hol
             print(f"  {r.profile} {r.scale} seed {r.seed} {r.scenario.name}: {'pass' if r.passed else 'FAIL'}",
                   file=sys.stderr)
 
-    results = run_all(seeds, list(scales) or ["small", "medium"], only, progress, chosen, holdout)
+    results = run_all(seeds, list(scales) or ["small", "medium"], only, progress, chosen, holdout, first_seed)
     real = run_real_straggler_trace() if "default" in chosen and not only else None
     summaries = []
     for profile, held, rs in groups(results):

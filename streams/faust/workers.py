@@ -38,6 +38,7 @@ from eroica.streams.cores.summariser_core import (DEADLETTER, SUMMARIES, InputDr
 from . import faustfix
 from .settings import ROLES, WorkerSettings
 from .state import StateStore, broker_kind, make_store, resolve_store, store_topics
+from .watchdog import EXIT_RECOVERY_STALLED, stalled
 
 log = logging.getLogger("eroica.streams.faust")
 
@@ -305,6 +306,7 @@ class DetectorWorker:
             DEADLETTER: app.topic(config.deadletter_topic, key_type=bytes, value_type=bytes, partitions=P),
         })
         self.core = DetectorCore(settings.detect_grace_s)
+        self.broker_answers = EndOffsets(config, config.summaries_topic)  # the recovery watchdog asks it
         self.loaded: set[int] = set()
         self.gate = faustfix.AckGate()
         self.lock = asyncio.Lock()
@@ -359,6 +361,7 @@ class DetectorWorker:
             await self.deliver(out)
 
     async def tick(self) -> None:
+        await self._watch_recovery()
         async with self.lock:
             try:
                 out = self.core.due(time.monotonic())
@@ -366,6 +369,22 @@ class DetectorWorker:
                 log.exception("detecting due windows failed")
                 return
             await self.deliver(out)
+
+    async def _watch_recovery(self) -> None:
+        """Exit (the supervisor restarts us) when faust's table recovery has stalled: see ``watchdog.py``."""
+        recovery = getattr(getattr(self.app, "tables", None), "recovery", None)
+        idle = None if recovery is None else stalled(recovery, time.monotonic())
+        if recovery is None or idle is None:
+            return
+        ends = await asyncio.get_running_loop().run_in_executor(None, self.broker_answers, [0])
+        if ends is None:  # the broker is away: a restart would not help, and the recovery waits for it too
+            return
+        log.error("table recovery stalled: no changelog event for %.0f s with offsets left (%s); exiting "
+                  "with status %d for the supervisor to restart this worker", idle,
+                  {f"{tp.topic}/{tp.partition}": st.remaining for tp, st in recovery.active_stats().items()},
+                  EXIT_RECOVERY_STALLED)
+        logging.shutdown()
+        os._exit(EXIT_RECOVERY_STALLED)
 
     def stats(self) -> dict:
         return {"role": "detector", "app_id": self.app.conf.id,
