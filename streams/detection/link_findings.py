@@ -63,14 +63,14 @@ def link_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             for rank, s in pcie.items():
                 out.append(_pcie_link_finding(rank, s, layout, counters, p))
         elif len(congested) >= 2:
-            out.append(_network_finding(sorted(congested), best, layout, p, anomalies))
+            out.append(_network_finding(sorted(congested), best, layout, p, anomalies, inter))
         else:
             common = set.intersection(*[{layout.rank_node.get(int(r), "") for r in s.group.ranks} for s in inter])
             if len(common) == 1:
                 node = common.pop()
                 out.append(_nic_finding(node, None, _slowest_through(inter, node, layout) or best, layout, p, coll))
             else:
-                out.append(_network_finding(sorted(nodes_in_slow), best, layout, p, anomalies))
+                out.append(_network_finding(sorted(nodes_in_slow), best, layout, p, anomalies, inter))
     return out
 
 
@@ -229,10 +229,14 @@ def _nic_finding(node: str, anomaly: NicAnomaly | None, s: SlowGroup, layout: La
                    evidence=evidence, summary=_link_summary(s, what))
 
 
-def _network_finding(nodes: list[str], s: SlowGroup, layout: Layout, p: Patterns, anomalies: list[NicAnomaly]) -> Finding:
+def _network_finding(nodes: list[str], s: SlowGroup, layout: Layout, p: Patterns, anomalies: list[NicAnomaly],
+                     slow: list[SlowGroup]) -> Finding:
     culprits = [r for n in nodes for r in layout.node_ranks(n, p.ranks)]
-    evidence = {"nodes": {"culprit": nodes},
-                "transfer_ns_per_step": {"culprit": round(s.group.transfer_per_step), "ratio": round(s.ratio, 3)}}
+    evidence: dict[str, dict[str, Any]] = {
+        "nodes": {"culprit": nodes},
+        "transfer_ns_per_step": {"culprit": round(s.group.transfer_per_step), "ratio": round(s.ratio, 3)},
+        # each slow communicator's members: detector._drop_explained asks whether a straggler sits in all of them
+        "slow_communicators": {g.group.name: [int(r) for r in g.group.ranks] for g in slow}}
     for a in anomalies:
         if a.node in nodes:
             evidence[f"{a.node}/{a.nic}"] = {"anomaly": a.kind}
