@@ -196,18 +196,22 @@ class Tracer:
         self._open[tok] = (fn, kind, time_ns(), self.step if step is None else step, extra)
         return tok
 
-    def end(self, tok: int | None, extra: Extra | None = None, start_ns: int | None = None) -> None:
+    def end(self, tok: int | None, extra: Extra | None = None, start_ns: int | None = None,
+            end_ns: int | None = None) -> None:
         """Close a span and queue its record (a token already closed is ignored).
 
         ``extra`` replaces the span's own when what it carries is only known at
         the end (the sender of a receive from any source); ``start_ns``, when
         later than the span's start, moves it (only the exposed part of an
-        overlapped all-reduce is kept).
+        overlapped all-reduce is kept). ``end_ns`` is the end the caller read
+        with its ``start_ns``: read again here, a thread that lost the GIL
+        between the two reads (up to the 5 ms switch interval under load)
+        would give an empty span that much spurious length.
         """
         s = self._open.pop(tok, None)
         if s is None:
             return
-        now = time_ns()
+        now = time_ns() if end_ns is None else end_ns
         ts = s[2] if start_ns is None else min(max(s[2], start_ns), now)
         self.emit(s[0], s[1], ts, max(0, now - ts), s[3], s[4] if extra is None else extra)
 

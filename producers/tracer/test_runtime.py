@@ -56,6 +56,22 @@ def test_spans_become_contract_records_in_time_order() -> None:
     assert sink.closed
 
 
+def test_moved_start_and_given_end_are_kept_exactly() -> None:
+    """An overlapped all-reduce's exposed part: the caller's two reads are the span, not a later clock read."""
+    t, sink = make_tracer()
+    tok = t.begin("DDP.all_reduce", "collective")
+    now = time.time_ns()
+    time.sleep(0.01)  # what losing the GIL between the caller's read and end() would add
+    t.end(tok, start_ns=now, end_ns=now)
+    late = t.begin("DDP.all_reduce", "collective")
+    t.end(late, start_ns=now - 10**9, end_ns=now + 5_000_000)  # a start before the span's own is not taken
+    t.flush()
+    empty, exposed = sink.records
+    assert (empty.ts_ns, empty.dur_ns) == (now, 0)
+    assert exposed.ts_ns > now - 10**9 and exposed.ts_ns + exposed.dur_ns == now + 5_000_000
+    t.close()
+
+
 def test_full_queue_drops_and_counts_never_blocks() -> None:
     t, sink = make_tracer(capacity=10)
     t0 = time.perf_counter()

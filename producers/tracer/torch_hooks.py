@@ -692,11 +692,11 @@ def _end_exposed(tracer: Tracer, tok: int) -> None:
     """
     now = time_ns()
     if _backward["open"] > 0:
-        tracer.end(tok, start_ns=now)
+        tracer.end(tok, start_ns=now, end_ns=now)
     elif _backward["end_ns"]:
-        tracer.end(tok, start_ns=_backward["end_ns"])
+        tracer.end(tok, start_ns=_backward["end_ns"], end_ns=now)
     else:
-        tracer.end(tok)
+        tracer.end(tok, end_ns=now)
 
 
 def _register_default_hook(tracer: Tracer, ddp: Any) -> None:
