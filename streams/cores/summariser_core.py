@@ -222,7 +222,10 @@ class JobClock:
 
 # After the broker answers again, a publisher needs up to librdkafka's reconnect backoff
 # (reconnect.backoff.max.ms, 10 s) to reach it and resend what it held, and longer on a
-# loaded machine: no partition counts as drained before this much broker uptime.
+# loaded machine. The sound bound is the publishers' delivery timeout (message.timeout.ms):
+# a message produced before the broker came back is delivered or given up within that long
+# of being produced, so once the broker has been up that long nothing held can still come.
+# The worker passes its configured delivery timeout; this is the floor.
 RECOVERY_GRACE_S = 20.0
 
 
@@ -233,27 +236,40 @@ class InputDrain:
     restarts takes longer than the idle timeout, and the records it held would
     then arrive after their windows closed, as late records, and be dropped.
     A broker that does not answer (``ends`` None) drains nothing; once it
-    answers again nothing is drained for :data:`RECOVERY_GRACE_S` and every
-    job gets a fresh idle period (what the publishers held is still on its
-    way: they reconnect and resend); after that a partition is drained when
-    every record up to its end offset has been read.
+    answers again nothing is drained for ``recovery_grace_s`` and every job
+    gets a fresh idle period (what the publishers held is still on its way:
+    they reconnect and resend); after that a partition is drained when every
+    record up to its end offset has been read.
+
+    The worker must learn of an outage even when no idle close is at stake
+    (one shorter than the idle timeout ends before anyone asks, and the
+    publishers' backlog arrives after the next idle period): it reports
+    every periodic probe of the broker with :meth:`observe`.
     """
 
-    def __init__(self, clock: JobClock) -> None:
+    def __init__(self, clock: JobClock, recovery_grace_s: float = RECOVERY_GRACE_S) -> None:
         self.clock = clock
+        self.recovery_grace_s = max(RECOVERY_GRACE_S, float(recovery_grace_s))
         self.held = False
         self.recovered_at = float("-inf")
+        self.outages = 0
 
-    def drained(self, ends: dict[int, int] | None, read_to: dict[int, int], now: float) -> set[int]:
-        if ends is None:
+    def observe(self, answered: bool, now: float) -> None:
+        """One probe of the broker: it answered, or not (an outage starts or goes on)."""
+        if not answered:
+            if not self.held:
+                self.outages += 1
             self.held = True
-            return set()
+            return
         if self.held:
             self.held = False
             self.recovered_at = now
             for job in list(self.clock.seen):
                 self.clock.saw(job, now)
-        if now - self.recovered_at < RECOVERY_GRACE_S:
+
+    def drained(self, ends: dict[int, int] | None, read_to: dict[int, int], now: float) -> set[int]:
+        self.observe(ends is not None, now)
+        if ends is None or self.held or now - self.recovered_at < self.recovery_grace_s:
             return set()
         return {p for p, end in ends.items() if read_to.get(p, 0) >= end}
 

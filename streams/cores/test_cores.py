@@ -489,6 +489,23 @@ def test_idle_close_waits_while_the_broker_holds_input_back() -> None:
     assert ps.tick(back + 0.2, 5.0).sends and ps.stats.idle_closes == 1
 
 
+def test_an_outage_seen_only_by_the_probe_still_holds_idle_closes() -> None:
+    """A broker away for less than the idle timeout: nobody asked whether the input was drained
+    meanwhile, only the periodic probe saw it. Once it answers, the publishers' backlog may take
+    up to their delivery timeout to arrive, so nothing drains before that much broker uptime."""
+    clock = JobClock()
+    clock.saw("j", 0.0)
+    drain = InputDrain(clock, recovery_grace_s=60.0)
+    drain.observe(True, 1.0)
+    drain.observe(False, 2.0)
+    drain.observe(False, 3.0)                                     # one outage, however many probes
+    drain.observe(True, 9.0)
+    assert drain.outages == 1 and clock.seen["j"] == 9.0         # a fresh idle period
+    assert drain.drained({0: 10}, {0: 10}, 9.0 + 59.0) == set()   # the publishers may still resend
+    assert drain.drained({0: 10}, {0: 10}, 9.0 + 60.5) == {0}
+    assert InputDrain(clock, recovery_grace_s=1.0).recovery_grace_s == RECOVERY_GRACE_S  # the floor
+
+
 def test_window_summaries_of_a_large_job_go_out_in_bounded_messages() -> None:
     """A job window's rows grow with the job (~6.3 KB a rank): 8,000 rows in messages of at most
     64 KB, every row once and in order, and a job window small enough stays one message."""

@@ -43,6 +43,9 @@ from .watchdog import EXIT_RECOVERY_STALLED, stalled
 log = logging.getLogger("eroica.streams.faust")
 
 TICK_S = 0.25
+# How often the summariser asks the broker whether it answers (one end-offset request): well
+# under the idle timeout (5 s), so an outage that ends before a job looks idle is still seen.
+PROBE_S = 1.0
 EXIT_FORCED = 1
 
 
@@ -185,7 +188,13 @@ class SummariserWorker:
         # the broker answers and every record up to its end offset has been read.
         self.read_to: dict[int, int] = {}
         self.end_offsets = EndOffsets(config, config.raw_topic)
-        self.input = InputDrain(self.clock)
+        # ... and an outage must be noticed even when no idle close is at stake (one shorter
+        # than the idle timeout would otherwise go unseen, and the publishers' backlog arrive
+        # after the next idle close): the broker is probed every PROBE_S, on its own client.
+        self.input = InputDrain(self.clock, config.delivery_timeout_ms / 1000)
+        self.probe = EndOffsets(config, config.raw_topic, timeout_s=PROBE_S)
+        self._probe_task: asyncio.Future | None = None
+        self._probed_at = float("-inf")
 
         async def summarise(stream: Any) -> None:
             async for event in stream.noack().events():
@@ -260,6 +269,7 @@ class SummariserWorker:
 
     async def tick(self) -> None:
         now = time.monotonic()
+        self._start_probe(now)
         idle_s = self.settings.idle_close_s
         async with self.lock:
             waiting = [p for p, ps in self.parts.items() if ps.idle_due(now, idle_s)]
@@ -272,6 +282,23 @@ class SummariserWorker:
                     log.exception("closing windows of %s failed", ps.source)
                     continue
                 await self.deliver(step)
+
+    def _start_probe(self, now: float) -> None:
+        """Ask the broker for one partition's end offset in the background (one probe at a time)."""
+        if not self.parts or now - self._probed_at < PROBE_S:
+            return
+        if self._probe_task is not None and not self._probe_task.done():
+            return
+        self._probed_at = now
+        self._probe_task = asyncio.ensure_future(self._probe([min(self.parts)]))
+
+    async def _probe(self, partitions: list[int]) -> None:
+        ends = await asyncio.get_running_loop().run_in_executor(None, self.probe, partitions)
+        was_held = self.input.held
+        self.input.observe(ends is not None, time.monotonic())
+        if self.input.held != was_held:
+            log.warning("broker %s; no idle close for %.0f s after it answers again", "does not answer"
+                        if self.input.held else "answers again", self.input.recovery_grace_s)
 
     async def _drained(self, partitions: list[int], now: float) -> set[int]:
         ends = await asyncio.get_running_loop().run_in_executor(None, self.end_offsets, partitions)
@@ -288,6 +315,7 @@ class SummariserWorker:
                 **asdict(total), "held_messages": self.gate.pending(), "sent": self.out.sent,
                 "deadletters": self.out.deadletters,
                 "ingest": dict(self.ingest_counts), "first_to_last_frame_s": round(busy, 3),
+                "broker_outages": self.input.outages,
                 "uptime_s": round(time.monotonic() - self.started, 1)}
 
 
