@@ -78,6 +78,9 @@ class LiveConfig:
     sample_s: float = 1.0
     idle_s: float = 5.0  # idle CPU of the stack measured before the replay starts
     drain_s: float = 120.0
+    # The replay stands in for live collectors, which declare their watermarks (frame meta "wm":
+    # the tracer from its open spans, the agent from its sample times); False: guessed marks only.
+    declared_watermarks: bool = True
     ready_timeout_s: float = 240.0
     work_dir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra EROICA_* for the stack (and replay)
@@ -541,7 +544,8 @@ class TrackingPublisher(FramePublisher):
             self.ends[p] = max(self.ends.get(p, 0), msg.offset() + 1)
 
 
-def _replay_child(path: str, env: dict[str, str], offset_ns: int, shared: Any, done: Any) -> None:
+def _replay_child(path: str, env: dict[str, str], offset_ns: int, shared: Any, done: Any,
+                  declare: bool = True) -> None:
     """The replay process: publishes ``path`` paced by event time, mirrors its counts into ``shared``."""
     os.environ.clear()
     os.environ.update(env)
@@ -567,7 +571,7 @@ def _replay_child(path: str, env: dict[str, str], offset_ns: int, shared: Any, d
     t.start()
     doc: dict[str, Any] = {}
     try:
-        result = replay([path], config, publisher=pub, clock_offset_ns=offset_ns)
+        result = replay([path], config, publisher=pub, clock_offset_ns=offset_ns, declare_watermarks=declare)
     except ReplayError as exc:
         result, doc["error"] = exc.result, str(exc)
     finally:
@@ -578,18 +582,21 @@ def _replay_child(path: str, env: dict[str, str], offset_ns: int, shared: Any, d
     doc.update({"records": result.records, "delivered_records": pub.stats.delivered_records,
                 "failed_records": pub.stats.failed_records, "invalid": result.invalid, "frames": result.frames,
                 "messages": result.messages, "message_bytes": result.message_bytes, "seconds": round(result.seconds, 2),
-                "behind_s": round(result.behind_s, 3), "blocked_s": round(pub.stats.blocked_s, 2)})
+                "behind_s": round(result.behind_s, 3), "blocked_s": round(pub.stats.blocked_s, 2),
+                "declared_watermarks": declare, "watermark_violations": result.watermark_violations})
     done.put(doc)
 
 
 class ReplayChild:
     """The replay in a process of its own, so its CPU is its own and the monitor's is apart."""
 
-    def __init__(self, path: Path, env: Mapping[str, str], offset_ns: int, partitions: int) -> None:
+    def __init__(self, path: Path, env: Mapping[str, str], offset_ns: int, partitions: int,
+                 declare: bool = True) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.shared = ctx.Array("q", 2 + partitions, lock=False)
         self.done = ctx.Queue()
-        self.proc = ctx.Process(target=_replay_child, args=(str(path), dict(env), offset_ns, self.shared, self.done),
+        self.proc = ctx.Process(target=_replay_child,
+                                args=(str(path), dict(env), offset_ns, self.shared, self.done, declare),
                                 name="eroica-live-replay", daemon=True)
         self.result: dict[str, Any] | None = None
 
@@ -848,7 +855,8 @@ def _measure(cfg: LiveConfig, stack: Stack, env: Mapping[str, str], path: Path, 
         idle1 = monitor.sample(0.0)
         # the first record is released ~2 s from now (the child needs to start and import)
         offset_ns = time.time_ns() + 2_000_000_000 - int(truth["start_ns"])
-        child = ReplayChild(path, {**env, "EROICA_KAFKA_BOOTSTRAP": kafka.bootstrap}, offset_ns, kafka.partitions)
+        child = ReplayChild(path, {**env, "EROICA_KAFKA_BOOTSTRAP": kafka.bootstrap}, offset_ns, kafka.partitions,
+                            declare=cfg.declared_watermarks)
         child.start()
         monitor.replay = child
         t0 = time.monotonic()

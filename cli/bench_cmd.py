@@ -239,9 +239,12 @@ def edge(nodes: int, gpus: int, steps: int | None, profile: str, seed: int, faul
               help="Also write the results as JSON to this file.")
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the stack's logs here (default: a temporary directory, removed; the input is always removed).")
+@click.option("--declared-watermarks/--guessed-watermarks", default=True, show_default=True,
+              help="Frames declare their stream's watermark as live collectors do (windows close 5 s after it), "
+                   "or carry none (windows close one lateness after the guessed marks).")
 def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: float | None, fault: str | None,
          fault_at: float, profile: str, seed: int, broker: str, drain_s: float, fmt: str, json_path: str | None,
-         work_dir: str | None) -> None:
+         work_dir: str | None, declared_watermarks: bool) -> None:
     """A simulated job replayed at its real event rate through `eroica up`: does the stack keep up?
 
     \b
@@ -279,7 +282,8 @@ def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: fl
     try:
         base = LiveConfig(ranks=(ranks or (1024,))[0], steps=steps, windows=windows, window_s=window_s, fault=fault,
                           fault_at=fault_at, profile=profile, seed=seed, broker=broker, drain_s=drain_s,
-                          work_dir=Path(work_dir) if work_dir else None, progress=progress)
+                          work_dir=Path(work_dir) if work_dir else None, progress=progress,
+                          declared_watermarks=declared_watermarks)
         run_ladder(base, ranks or (1024,), lambda _n: steps, report)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

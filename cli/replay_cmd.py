@@ -44,9 +44,13 @@ a delivery failed, 2 usage error, 3 no valid record in the input.""")
               help="Digest mode: split the input per node, digest each node's windows as its agent would "
                    "(same windows and lateness as the summariser: $EROICA_WINDOW_S, $EROICA_LATENESS_S, "
                    "$EROICA_MAX_SKEW_S) and publish the digests on the summaries topic instead of raw frames.")
+@click.option("--declare-watermarks", is_flag=True,
+              help="The input is in time order per rank/node and record type (as a live collector's output and "
+                   "the simulator's are): each frame declares its stream's watermark, so windows close without "
+                   "the lateness allowance. Records older than their stream's declaration are counted.")
 @click.option("-q", "--quiet", is_flag=True, help="Errors only: no progress, no summary on stderr.")
 def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, frame_records: int | None,
-           connect_timeout: float, edge_digests: bool, quiet: bool) -> None:
+           connect_timeout: float, edge_digests: bool, declare_watermarks: bool, quiet: bool) -> None:
     """Replay telemetry-v1 JSONL FILE(s) (gzip or '-' for stdin) onto Kafka as columnar frames.
 
     Valid records go to the raw topic, invalid lines to the dead-letter topic,
@@ -106,6 +110,8 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
                 f"to {config.raw_topic}; {r.invalid} invalid lines to {config.deadletter_topic}; "
                 f"{r.end_of_stream} end-of-stream markers; messages: {p.delivered} delivered, "
                 f"{p.failed} failed" + (f", {in_flight} unacknowledged" if in_flight else "") +
+                (f"; {r.watermark_violations} records older than their stream's declared watermark"
+                 if r.watermark_violations else "") +
                 f"; {r.seconds:.2f} s, {r.records_per_s:,.0f} records/s (broker {config.bootstrap})")
 
     from .progress import progress_wanted, spinner
@@ -123,7 +129,8 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
                 result = replay_digests(files, config, _edge_digester(), rate=per_s,
                                         connect_timeout_s=connect_timeout, publisher=publisher)
             else:
-                result = run_replay(files, config, per_s, connect_timeout_s=connect_timeout, publisher=publisher)
+                result = run_replay(files, config, per_s, connect_timeout_s=connect_timeout, publisher=publisher,
+                                    declare_watermarks=declare_watermarks)
     except ReplayError as exc:
         click.echo(f"eroica replay: {exc}", err=True)
         click.echo(summary(exc.result), err=True)

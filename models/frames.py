@@ -21,7 +21,14 @@ Columns body (msgpack map)::
                                      # byte order travels with the data
      "v": {name: [str, ...]},        # vocabulary of each dictionary-encoded column,
                                      # only the entries this frame uses
-     "m": {...}}                     # free metadata (e.g. {"seq": 3})
+     "m": {...}}                     # metadata: "seq" (the key's frame count), "producer",
+                                     # and optional "wm" (int ns): the producer's declared
+                                     # watermark, "every record of this key and record type
+                                     # older than wm has been sent" (the tracer from its open
+                                     # spans, the agent from its sample times, replay
+                                     # --declare-watermarks for time-ordered input); the
+                                     # summariser then closes windows 5 s after the slowest
+                                     # declaration instead of one lateness after guessed marks
 
 End-of-stream body: ``{"job", "rank", "node", "records", "frames", "m"}`` (see
 :class:`EndOfStream`). Job body: the contract's ``job`` record as a map.

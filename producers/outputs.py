@@ -90,6 +90,8 @@ class JsonlSink:
 class KafkaSink:
     """Publishes records as frames on the raw topic; never blocks (drops and counts when full)."""
 
+    declares_watermarks = True  # write(..., watermark_ns=) is understood (collectors check this)
+
     def __init__(self, bootstrap: str, *, linger_s: float = 1.0, publisher=None, config=None) -> None:
         from eroica.kafka.config import KafkaConfig
         from eroica.kafka.framing import FrameAccumulator
@@ -104,15 +106,36 @@ class KafkaSink:
         self._keys: dict[str, list] = {}  # key -> [job, rank, node, records, frames]
         self.records = 0
 
-    def write(self, records: Sequence[msgspec.Struct]) -> None:
+    def write(self, records: Sequence[msgspec.Struct], watermark_ns: int | None = None) -> None:
+        """Frame and publish ``records``.
+
+        ``watermark_ns``: the caller vouches that every record of its streams
+        older than this has now been written (a collector that knows its open
+        spans). Everything held is then sent at once and the last frame of each
+        stream carries it (frame meta ``wm``), so the summariser can close
+        windows without the lateness it allows guessed watermarks. Only the
+        last frame: a batch cut into several frames holds older records in the
+        earlier ones.
+        """
         from eroica.models.columns import from_records
 
         by_type: dict[str, list] = defaultdict(list)
         for r in records:
             by_type[type(r).__struct_config__.tag].append(r)
+        frames = []
         for type_, recs in by_type.items():
-            for frame in self._frames.add(from_records(type_, recs)):
-                self._send(frame)
+            frames.extend(self._frames.add(from_records(type_, recs)))
+        if watermark_ns is not None:
+            frames.extend(self._frames.drain())
+            self._oldest_held = None
+            last = {(f.key, f.cols.type): i for i, f in enumerate(frames)}
+            declared = set(last.values())
+            for i, frame in enumerate(frames):
+                self._send(frame, watermark_ns if i in declared else None)
+            self.publisher.poll(0)
+            return
+        for frame in frames:
+            self._send(frame)
         now = time.monotonic()
         if self._frames.pending_records:
             if self._oldest_held is None:
@@ -126,11 +149,14 @@ class KafkaSink:
             self._send(frame)
         self._oldest_held = None
 
-    def _send(self, frame) -> None:
+    def _send(self, frame, watermark_ns: int | None = None) -> None:
         from eroica.models.frames import encode_frame
 
         state = self._keys.setdefault(frame.key, [frame.job, frame.rank, frame.node, 0, 0])
-        value = encode_frame(frame.cols, {"seq": state[4], "producer": self._producer_id})
+        meta: dict = {"seq": state[4], "producer": self._producer_id}
+        if watermark_ns is not None:
+            meta["wm"] = int(watermark_ns)
+        value = encode_frame(frame.cols, meta)
         if self.publisher.publish(self.config.raw_topic, value, key=frame.key):
             state[3] += len(frame.cols)
             state[4] += 1

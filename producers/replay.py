@@ -76,6 +76,7 @@ class ReplayResult:
     message_bytes: int = 0  # their value + key bytes, before compression
     late_records: int = 0  # digest mode: records a node's digester found late (in no digest; none for ordered input)
     behind_s: float = 0.0  # clock pacing: the most a frame went out after its release time (0: kept real time)
+    watermark_violations: int = 0  # declared watermarks: records older than their stream's declaration
 
     @property
     def delivered_records(self) -> int | None:
@@ -246,13 +247,19 @@ class _Delivery:
 def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None = None, *,
            publisher: FramePublisher | None = None, batch_records: int = DEFAULT_BATCH,
            create: bool = True, connect_timeout_s: float = 10.0,
-           clock_offset_ns: int | None = None) -> ReplayResult:
+           clock_offset_ns: int | None = None, declare_watermarks: bool = False) -> ReplayResult:
     """Publish every record of ``paths`` (JSONL, gzip or ``-``); returns the counts.
 
     ``rate`` in records/s paces the replay (None or <= 0: as fast as the broker
     takes it). ``clock_offset_ns`` paces it by event time instead: a frame goes
     out once ``time.time_ns()`` reaches its newest record's ``ts_ns`` plus the
     offset (``result.behind_s``: how late the worst one was); not with ``rate``.
+    ``declare_watermarks``: the input is in time order per rank (or node) and
+    record type, as a live collector's output is (the simulator's is), so each
+    frame may declare its newest record's time as its stream's watermark
+    (frame meta ``wm``) and the summariser closes windows without the
+    lateness allowance; a record older than its stream's declaration is
+    counted in ``result.watermark_violations`` (it will be late there).
     A given ``publisher`` is flushed but not closed. ``create``
     first checks the broker answers within ``connect_timeout_s`` and creates
     the raw and dead-letter topics with ``config.partitions``.
@@ -274,16 +281,25 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
     clock = None if clock_offset_ns is None else _ClockPacer(clock_offset_ns, pub)
     frames = FrameAccumulator(config.frame_records, max_lag_ns=MAX_LAG_NS)
     last_start: dict[tuple[str, str], int] = {}
+    declared: dict[tuple[str, str], int] = {}
 
     def send(frame: FrameSlice) -> None:
         state = keys.get(frame.key)
         if state is None:
             state = keys[frame.key] = _KeyState(frame.job, frame.rank, frame.node)
         n = len(frame.cols)
+        ts = frame.cols.arrays["ts_ns"]
         if clock is not None:
-            clock.before(int(frame.cols.arrays["ts_ns"].max()))
+            clock.before(int(ts.max()))
             result.behind_s = clock.behind_s
-        value = encode_frame(frame.cols, {"seq": state.frames, "producer": producer_id})
+        meta: dict[str, Any] = {"seq": state.frames, "producer": producer_id}
+        if declare_watermarks:
+            stream = (frame.key, frame.cols.type)
+            before = declared.get(stream)
+            if before is not None and int(ts.min()) < before:
+                result.watermark_violations += int(np.count_nonzero(ts < before))
+            meta["wm"] = declared[stream] = max(int(ts.max()), before if before is not None else int(ts.max()))
+        value = encode_frame(frame.cols, meta)
         result.messages += 1
         result.message_bytes += len(value) + len(frame.key)
         out.publish(config.raw_topic, value, frame.key, n)

@@ -275,3 +275,32 @@ def test_clock_pacer_records_how_late_a_frame_went_out() -> None:
         assert "not both" in str(exc)
     else:
         raise AssertionError("rate and clock pacing together must be refused")
+
+
+def test_replay_declares_each_streams_watermark_and_counts_broken_order(tmp_path: Path) -> None:
+    """Time-ordered input: every frame says its stream's newest time so far (``wm``), never less than
+    before; a record older than its stream's declaration (input out of order) is counted."""
+    from eroica.kafka.config import KafkaConfig
+
+    lines: list[dict] = []
+    for i in range(60):  # 2 ranks, in time order
+        lines.append({"type": "fn", "job": "jW", "node": "n0", "rank": i % 2, "step": 0, "fn": "aten::mm",
+                      "kind": "kernel", "ts_ns": 10**12 + i * 1000, "dur_ns": 10})
+    lines.append({"type": "fn", "job": "jW", "node": "n0", "rank": 0, "step": 0, "fn": "aten::mm",
+                  "kind": "kernel", "ts_ns": 10**12, "dur_ns": 10})  # older than rank 0 declared
+    src = _write(tmp_path / "wm.jsonl", lines, malformed_at=None)
+    pub = _Stamping()
+    result = replay([src], KafkaConfig(bootstrap="unused:1", frame_records=10), publisher=pub,  # type: ignore[arg-type]
+                    create=False, declare_watermarks=True)
+    frames = [decode_frame(v) for _, v in pub.sent if frame_kind(v) == COLUMNS]
+    assert sum(len(c) for c, _ in frames) == 61 and all("wm" in m for _, m in frames)
+    per_rank: dict[int, list[int]] = {}
+    for cols, meta in frames:
+        per_rank.setdefault(int(cols.arrays["rank"][0]), []).append(meta["wm"])
+        assert meta["wm"] >= int(cols.arrays["ts_ns"].max())
+    assert all(w == sorted(w) for w in per_rank.values())
+    assert result.watermark_violations == 1
+    plain = _Stamping()
+    replay([src], KafkaConfig(bootstrap="unused:1", frame_records=10), publisher=plain,  # type: ignore[arg-type]
+           create=False)
+    assert not any("wm" in decode_frame(v)[1] for _, v in plain.sent if frame_kind(v) == COLUMNS)

@@ -40,7 +40,11 @@ class NodeAgent:
         """One sample, published; returns how many records it gave."""
         try:
             records = self.sampler.sample()
-            self.sink.write(records)
+            if records and getattr(self.sink, "declares_watermarks", False):
+                # a sample's records are its moment: the next sample's are all later
+                self.sink.write(records, watermark_ns=max(r.ts_ns for r in records))
+            else:
+                self.sink.write(records)
         except Exception as exc:  # a flaky counter file must not end the agent
             self.errors += 1
             if self.errors == 1 or self.errors % 100 == 0:

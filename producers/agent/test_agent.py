@@ -142,3 +142,44 @@ def test_kafka_sink_frames_node_counters_and_ends_its_keys() -> None:
     assert {k for _, _, k in pub.sent} == {"j/n0"} and all(t == "eroica.raw" for t, _, _ in pub.sent)
     eos = decode_end_of_stream(pub.sent[-1][1])
     assert (eos.job, eos.node, eos.rank, eos.records) == ("j", "n0", -1, 7)
+
+
+def test_kafka_sink_declares_a_watermark_on_each_streams_last_frame() -> None:
+    """With a watermark, everything held goes out, and only the last frame of each (key, type) says
+    ``wm``: the earlier frames of a batch cut in several hold older records than the later ones."""
+    pytest.importorskip("confluent_kafka")
+    from eroica.kafka.config import KafkaConfig
+
+    pub = FakePublisher()
+    sink = KafkaSink("127.0.0.1:1", publisher=pub, config=KafkaConfig(bootstrap="127.0.0.1:1", frame_records=10),
+                     linger_s=60.0)
+    sink.write([HostRecord(job="j", node="n0", ts_ns=i, load1=0.5) for i in range(3)])
+    assert pub.sent == []  # held (linger)
+    recs = [NicRecord(job="j", node="n0", nic="mlx5_0", ts_ns=i, tx_Bps=1.0) for i in range(25)]
+    recs += [HostRecord(job="j", node="n0", ts_ns=i, load1=0.5) for i in range(3, 6)]
+    sink.write(recs, watermark_ns=26)
+    frames = [decode_frame(v) for _, v, _ in pub.sent]
+    assert sum(len(c) for c, _ in frames) == 31
+    declared = [(c.type, int(c.arrays["ts_ns"].max())) for c, m in frames if m.get("wm") == 26]
+    assert sorted(declared) == [("host", 5), ("nic", 24)]
+    assert sum("wm" in m for _, m in frames) == 2
+
+
+def test_agent_declares_each_samples_time() -> None:
+    class Declaring:
+        declares_watermarks = True
+
+        def __init__(self) -> None:
+            self.calls: list = []
+
+        def write(self, records, watermark_ns=None) -> None:
+            self.calls.append((len(records), watermark_ns, max((r.ts_ns for r in records), default=None)))
+
+        def close(self) -> None:
+            pass
+
+    sink = Declaring()
+    agent = NodeAgent(NodeSampler("j", "n", gpu=_no_gpu()), sink)
+    agent.tick()
+    agent.tick()
+    assert len(sink.calls) == 2 and all(n > 0 and wm == newest for n, wm, newest in sink.calls)

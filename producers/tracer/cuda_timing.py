@@ -31,7 +31,7 @@ handed in, so tests drive it with stand-in events.
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
 ANCHOR_S = 30.0
@@ -40,6 +40,9 @@ MAX_PENDING = 20_000
 # hundred cover them; past this the spare ones are simply dropped (freed by CUDA).
 POOL_MAX = 512
 GPU_SUFFIX = "[gpu]"
+# A region started this long ago and never stopped is forgotten by the watermark (the tracer's
+# hang limit: a span open that long is a hang, dumped as in_flight).
+STALE_START_NS = 60 * 10**9
 
 
 class CudaTimer:
@@ -49,6 +52,10 @@ class CudaTimer:
         self.torch = torch
         self.device = torch.cuda.current_device() if device is None else device
         self.pending: deque = deque()
+        # host start times of regions not resolved yet (the tracer's declared watermark): started
+        # and not stopped (id of the start event -> ns), and stopped but pending (ns -> how many)
+        self.open_starts: dict[int, int] = {}
+        self.pending_starts: Counter = Counter()
         self.free: deque = deque()  # resolved events, ready to record again (append/pop are atomic)
         self.pool_max = POOL_MAX
         self.dropped = 0
@@ -67,18 +74,35 @@ class CudaTimer:
 
     def start(self) -> Any:
         ev = self._event()
+        self.open_starts[id(ev)] = time.time_ns()
         ev.record()
         return ev
 
     def stop(self, start: Any, fn: str, kind: str, step: int, extra: tuple | None = None,
              suffix: bool = True) -> None:
         """Close a region opened by :meth:`start`; ``suffix`` adds ``[gpu]`` (regions that also have a host span)."""
+        host_ns = self.open_starts.pop(id(start), None)
         if len(self.pending) >= MAX_PENDING:
             self.dropped += 1
             return
         end = self._event()
         end.record()
-        self.pending.append((start, end, fn + GPU_SUFFIX if suffix else fn, kind, step, extra))
+        if host_ns is not None:
+            self.pending_starts[host_ns] += 1
+        self.pending.append((start, end, fn + GPU_SUFFIX if suffix else fn, kind, step, extra, host_ns))
+
+    def oldest_open_ns(self) -> int | None:
+        """Host time of the oldest region started and not yet resolved: its GPU time is no earlier.
+
+        Read by the writer thread for the tracer's declared watermark; the
+        training thread adds to both maps meanwhile, so they are copied first.
+        """
+        stale = time.time_ns() - STALE_START_NS
+        for key, t in list(self.open_starts.items()):
+            if t < stale:  # started and never stopped (a region that raised): forget it
+                self.open_starts.pop(key, None)
+        times = [*self.open_starts.copy().values(), *self.pending_starts.copy().keys()]
+        return min(times, default=None)
 
     # -- writer thread -------------------------------------------------------------
 
@@ -99,13 +123,17 @@ class CudaTimer:
         anchor, anchor_ns = self._anchor
         n = 0
         while self.pending:
-            start, end, fn, kind, step, extra = self.pending[0]
+            start, end, fn, kind, step, extra, host_ns = self.pending[0]
             if not end.query():
                 if final:
                     end.synchronize()
                 else:
                     break
             self.pending.popleft()
+            if host_ns is not None:
+                left = self.pending_starts.pop(host_ns, 1) - 1
+                if left > 0:
+                    self.pending_starts[host_ns] = left
             try:
                 dur_ms = start.elapsed_time(end)
                 offset_ms = anchor.elapsed_time(start)

@@ -40,6 +40,7 @@ time_ns = time.time_ns
 
 DEFAULT_CAPACITY = 100_000      # queued records (a few hundred bytes each) before new ones are dropped
 DEFAULT_FLUSH_S = 0.5
+WATERMARK_HORIZON_NS = 30 * 10**9  # open spans older than this do not hold the declared watermark
 DEFAULT_HANG_S = 60.0           # a span open this long is dumped as in_flight (hang evidence)
 WRITE_BATCH = 20_000
 MAX_STR = 256
@@ -338,6 +339,7 @@ class Tracer:
                 except Exception as exc:
                     self._warn_once(f"GPU timing off: {type(exc).__name__}: {exc}")
                     self.gpu_timer = None
+            wm = self.watermark_ns()
             q = self._q
             if not q:
                 if final and self._sink is not None:
@@ -346,6 +348,8 @@ class Tracer:
             from eroica.models.records import FnRecord
 
             ident = self.identity()
+            sink = self._sink_for(ident)
+            declare = getattr(sink, "declares_watermarks", False) and not final
             n = 0
             while q:
                 batch = []
@@ -353,12 +357,35 @@ class Tracer:
                     batch.append(q.popleft())
                 recs = [self._record(FnRecord, ident, item) for item in batch]
                 recs.sort(key=lambda r: r.ts_ns)
-                self._sink_for(ident).write(recs)
+                if declare and not q:
+                    sink.write(recs, watermark_ns=wm)
+                else:
+                    sink.write(recs)
                 n += len(recs)
             self.written += n
             if final or self._meta_written != ident:
                 self._write_meta(ident)
             return n
+
+    def watermark_ns(self) -> int:
+        """The time before which this rank has nothing left to emit, read before the queue is drained.
+
+        Every record still to come is a span open now (it starts no earlier
+        than its start), a GPU region not resolved yet (it runs no earlier than
+        its host-side start), or begins later. Spans whose start was read just
+        before this snapshot but entered after it (a preempted thread) are the
+        summariser's few seconds of allowance (``DECLARED_LATENESS_NS``).
+        """
+        now = time_ns()
+        starts = [s[2] for s in self._open.copy().values()]
+        if self.gpu_timer is not None:
+            oldest = self.gpu_timer.oldest_open_ns()
+            if oldest is not None:
+                starts.append(oldest)
+        # A span open longer than a default window's lateness (a user's span around the whole
+        # loop) would pin the mark and hold every window; its record would be late under guessed
+        # marks too, and a hang is dumped as in_flight at hang_s.
+        return max(min([now, *starts]), now - WATERMARK_HORIZON_NS)
 
     @staticmethod
     def _record(cls, ident: Identity, item: tuple):

@@ -72,6 +72,46 @@ def test_moved_start_and_given_end_are_kept_exactly() -> None:
     t.close()
 
 
+class DeclaringSink(ListSink):
+    declares_watermarks = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watermarks: list = []
+
+    def write(self, recs, watermark_ns=None) -> None:
+        super().write(recs)
+        self.watermarks.append(watermark_ns)
+
+
+def test_declared_watermark_is_held_by_open_spans_only() -> None:
+    """Each flush tells a sink that takes it the time before which this rank has nothing left:
+    the oldest open span's start, else the flush's clock read; a span open past the horizon
+    (a user's span around the whole loop) does not hold it."""
+    sink = DeclaringSink()
+    ident = Identity(job="j", node="n", rank=0, world_size=1, local_rank=0, pid=os.getpid(), final=True)
+    t = Tracer(sink_factory=lambda ident: sink, identity=ident, flush_s=60.0)
+    t.sigterm_dump = False
+    outer = t.begin("train_step", "python")
+    inner = t.begin("Net.forward", "python")
+    t.end(inner)
+    t.flush()
+    first = t._open[outer][2]
+    assert sink.watermarks == [first] and sink.records[0].ts_ns >= first
+    t.end(outer)
+    before = time.time_ns()
+    t.flush()
+    assert sink.watermarks[-1] >= before
+    t._open[99] = ("loop", "python", time.time_ns() - 10 * rt.WATERMARK_HORIZON_NS, 0, None)
+    t.emit("x", "python", time.time_ns(), 1, 0)
+    t.flush()
+    assert sink.watermarks[-1] >= time.time_ns() - rt.WATERMARK_HORIZON_NS - 10**9
+    t._open.pop(99)
+    t.begin("hung", "python")
+    t.close()
+    assert sink.records[-1].in_flight and sink.watermarks[-1] is None  # the final flush declares nothing
+
+
 def test_full_queue_drops_and_counts_never_blocks() -> None:
     t, sink = make_tracer(capacity=10)
     t0 = time.perf_counter()

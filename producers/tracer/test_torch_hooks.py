@@ -235,12 +235,18 @@ def test_cuda_timer_resolves_events_against_an_anchor() -> None:
     emitted = []
     sink = SimpleNamespace(emit=lambda *a: emitted.append(a))
     clock["gpu_ms"] = 10.0
+    assert timer.oldest_open_ns() is None
+    before = time.time_ns()
     ev = timer.start()
+    started = timer.oldest_open_ns()
+    assert started is not None and started >= before  # a started region holds the watermark ...
     clock["gpu_ms"] = 14.5
     timer.stop(ev, "Net.forward", "kernel", 3)
     assert timer.resolve(sink) == 0  # not finished on the GPU yet: never waited for
+    assert timer.oldest_open_ns() == started  # ... and so does a stopped one until it is resolved
     clock["gpu_ms"] = 20.0
     assert timer.resolve(sink) == 1
+    assert timer.oldest_open_ns() is None
     fn, kind, ts, dur, step, extra = emitted[0]
     assert (fn, kind, step, dur) == ("Net.forward[gpu]", "kernel", 3, 4_500_000)
     assert ts == anchor_ns + 10_000_000

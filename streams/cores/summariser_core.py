@@ -64,6 +64,14 @@ __all__ = ["PartitionSummariser", "JobClock", "InputDrain", "SummariserStats", "
            "SUMMARIES", "DEADLETTER", "Send", "Step"]
 
 _NO_MARK = np.iinfo(np.int64).min
+# What a stream whose producer declares its watermark (frame meta "wm") still needs: a stream not
+# heard from yet on this partition (a rank's first flush: collectors flush every 0.25-0.5 s), a
+# span that began between a collector's clock read and its snapshot of open spans (a thread
+# preempted in between: a GIL switch is 5 ms), frames in a producer's queue (linger 5 ms, a
+# loaded broker). 5 s is ten flush intervals: the guessed marks' allowance (one window, 30 s)
+# exists for spans whose start time arrives when they end, which a declaration accounts for.
+DECLARED_LATENESS_NS = 5 * 10**9
+_MAX_MARK = np.iinfo(np.int64).max
 
 
 @dataclass
@@ -137,6 +145,7 @@ class _Job:
         self.key_slots: dict[str, list[int]] = {}
         self.marks = np.full(8, _NO_MARK, dtype=np.int64)  # oldest record of each stream's latest frame
         self.active = np.zeros(8, dtype=bool)
+        self.declared = np.zeros(8, dtype=bool)  # streams whose producer declares its watermark (frame meta "wm")
         self.ended: set[str] = set()
         self.job_keys: int | None = None
         self.held: dict[int, list[Any]] = defaultdict(list)  # last window index a frame reaches -> tokens
@@ -157,6 +166,7 @@ class _Job:
             if s >= self.marks.size:
                 self.marks = np.concatenate([self.marks, np.full(self.marks.size, _NO_MARK, dtype=np.int64)])
                 self.active = np.concatenate([self.active, np.zeros(self.active.size, dtype=bool)])
+                self.declared = np.concatenate([self.declared, np.zeros(self.declared.size, dtype=bool)])
             self.active[s] = key not in self.ended
         return s
 
@@ -172,7 +182,7 @@ class _Job:
         for s in self.key_slots.get(key, ()):
             self.active[s] = True
 
-    def watermark(self, max_skew_ns: int) -> int | None:
+    def watermark(self, max_skew_ns: int, lateness_ns: int = 0, declared_lateness_ns: int = 0) -> int | None:
         """The slowest active stream's mark, unless it lags the most advanced by more than ``max_skew_ns``.
 
         A stream's mark is the oldest record of its latest frame, not the
@@ -181,12 +191,32 @@ class _Job:
         start behind a watermark that other streams' long frames (a sparse
         rank's 1000 records can span 30 s) pushed ahead. It costs one frame
         span of latency (live collectors flush every 250-500 ms).
+
+        Such a mark is only a guess, so windows close ``lateness_ns`` behind
+        it. A stream whose producer *declares* its watermark (every record
+        older than it has been sent: the tracer knows its open spans) needs
+        only ``declared_lateness_ns``: its mark counts the difference ahead
+        of a guessed one. The result is on the guessed marks' scale (windows
+        close ``lateness_ns`` behind it), so a job whose every stream
+        declares closes its windows ``declared_lateness_ns`` after the
+        slowest declaration passes them.
         """
         n = len(self.slots)
-        marks = self.marks[:n][self.active[:n]]
+        act = self.active[:n]
+        marks = self.marks[:n][act]
         if not marks.size:
             return None
-        return max(int(marks.min()), int(marks.max()) - max_skew_ns)
+        declared = self.declared[:n][act]
+        # Python ints: a stream without a mark yet is int64's minimum, which must not wrap
+        lows, highs = [], []
+        ahead = max(0, lateness_ns - declared_lateness_ns)
+        if declared.any():
+            lows.append(int(marks[declared].min()) + ahead)
+            highs.append(int(marks[declared].max()) + ahead)
+        if not declared.all():
+            lows.append(int(marks[~declared].min()))
+            highs.append(int(marks[~declared].max()))
+        return max(min(lows), max(highs) - max_skew_ns)
 
     def all_ended(self) -> bool:
         return bool(self.key_slots) and len(self.ended) >= len(self.key_slots)
@@ -283,10 +313,12 @@ class PartitionSummariser:
     """
 
     def __init__(self, source: str, window_ns: int, lateness_ns: int, max_skew_ns: int,
-                 hold_s: float = 0.0, clock: JobClock | None = None) -> None:
+                 hold_s: float = 0.0, clock: JobClock | None = None,
+                 declared_lateness_ns: int = DECLARED_LATENESS_NS) -> None:
         self.source = source
         self.window_ns = int(window_ns)
         self.lateness_ns = int(lateness_ns)
+        self.declared_lateness_ns = min(int(declared_lateness_ns), self.lateness_ns)
         self.max_skew_ns = int(max_skew_ns)
         self.hold_s = float(hold_s)
         self.clock = clock if clock is not None else JobClock()
@@ -377,7 +409,13 @@ class PartitionSummariser:
         self.stats.late_records += self.asm.late_records - late_before
         if last_window <= self.asm.closed(job):  # every record was late: nothing to wait for
             return Step(acks=[token])
-        if lo > js.marks[slot]:
+        declared = _meta.get("wm")
+        if isinstance(declared, int) and not isinstance(declared, bool):
+            # the producer's promise: nothing of this stream older than "wm" is still to come
+            js.declared[slot] = True
+            if declared > js.marks[slot]:
+                js.marks[slot] = min(declared, _MAX_MARK)
+        elif not js.declared[slot] and lo > js.marks[slot]:
             js.marks[slot] = lo
         self.clock.saw(job, now)
         js.held[last_window].append(token)
@@ -415,7 +453,7 @@ class PartitionSummariser:
         return js
 
     def _advance(self, job: str, js: _Job, now: float) -> Step:
-        wm = js.watermark(self.max_skew_ns)
+        wm = js.watermark(self.max_skew_ns, self.lateness_ns, self.declared_lateness_ns)
         if wm is None:
             return Step()
         through = (wm - self.lateness_ns) // self.window_ns - 1  # highest window index now complete
