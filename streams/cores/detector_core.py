@@ -14,6 +14,8 @@ digest once the window is **complete**, its windows strictly **in order**:
   ``grace_s`` of wall clock passed since the window's first digest. Without a
   job record, the first window always waits for the grace period (the record
   may still be on its way; it changes attribution).
+  The grace does not run out while the caller holds it (:meth:`DetectorCore.hold_grace`:
+  the broker away, and for the producers' delivery timeout after it is back).
 - a digest for a window at or before the last one analysed is dropped and
   counted (``late_windows``): the job's history has moved on.
 - a source that sends the same window twice (a summariser re-reading after a
@@ -153,6 +155,16 @@ class DetectorCore:
         self.wall_ns = wall_ns
         self.jobs: dict[str, _Job] = {}
         self.stats = DetectorStats()
+        self.grace_held_until = float("-inf")
+
+    def hold_grace(self, until: float, replace: bool = False) -> None:
+        """No window is analysed incomplete before ``until`` (monotonic seconds; inf: until told again).
+
+        The caller holds the grace while the broker is away and for the
+        producers' delivery timeout after it answers again: the digests an
+        incomplete window waits for may be held up by the outage, not lost.
+        """
+        self.grace_held_until = until if replace else max(self.grace_held_until, until)
 
     # -- state ---------------------------------------------------------------
 
@@ -285,7 +297,7 @@ class DetectorCore:
             start = min(js.pending)
             p = js.pending[start]
             complete = self._complete(js, start)
-            if not complete and now - p.first_seen < self.grace_s:
+            if not complete and (now - p.first_seen < self.grace_s or now < self.grace_held_until):
                 break
             if not complete:
                 self.stats.forced_windows += 1

@@ -366,6 +366,24 @@ def test_grace_period_analyses_an_incomplete_window_and_late_digests_are_dropped
     assert pipe.det.stats.late_windows > 0 and len(pipe.verdicts) == before
 
 
+def test_a_held_grace_waits_for_digests_an_outage_held_up(tmp_path: Path) -> None:
+    """While the broker is away (and for the delivery timeout after), an incomplete window is not
+    forced: the missing partition's digests then arrive in time and the verdicts are analyze's."""
+    path = _simulate(tmp_path, SCENARIOS[0])
+    parts = _messages(path, 4)
+    pipe = _Pipeline(4, grace_s=5.0)
+    pipe.det.hold_grace(float("inf"))                       # the probe saw the broker go
+    pipe.run({p: m for p, m in parts.items() if p != 0}, 1)
+    pipe.take(pipe.det.due(now=1e6))
+    assert not pipe.verdicts and pipe.det.stats.forced_windows == 0
+    pipe.det.hold_grace(2e6, replace=True)                  # back: the publishers' delivery timeout
+    pipe.take(pipe.det.due(now=1.5e6))
+    assert pipe.det.stats.forced_windows == 0
+    pipe.run({0: parts[0]}, 2)
+    assert sorted(v.verdict_id for v in pipe.verdicts) == _reference(path)
+    assert pipe.det.stats.forced_windows == 0 and pipe.det.stats.late_windows == 0
+
+
 def test_corrupt_frames_are_dead_lettered_and_the_partition_goes_on(tmp_path: Path) -> None:
     path = _simulate(tmp_path, SCENARIOS[0])
     parts = _messages(path, 2)

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import faust
 
@@ -160,6 +160,41 @@ async def _ensure_base(app: faust.App, tp: Any) -> None:
         faustfix.set_base_offset(tp, offsets.get(tp, 0) or 0)
 
 
+class BrokerProbe:
+    """Asks the broker every ``PROBE_S`` whether it answers: one end-offset request, in the background.
+
+    Both workers must know of an outage even when nothing they do asks the
+    broker (one shorter than their timeouts ends unseen, and the publishers'
+    backlog then arrives after a window was closed or forced). ``on_result``
+    gets (answered, monotonic time) after each probe; transitions are logged.
+    """
+
+    def __init__(self, config: KafkaConfig, topic: str, role: str,
+                 on_result: Callable[[bool, float], None]) -> None:
+        self.client = EndOffsets(config, topic, timeout_s=PROBE_S)
+        self.role, self.on_result = role, on_result
+        self.answering = True
+        self.outages = 0
+        self._task: asyncio.Future | None = None
+        self._at = float("-inf")
+
+    def start(self, now: float, partition: int = 0) -> None:
+        """Probe now unless one ran in the last ``PROBE_S`` or is still running."""
+        if now - self._at < PROBE_S or (self._task is not None and not self._task.done()):
+            return
+        self._at = now
+        self._task = asyncio.ensure_future(self._probe(partition))
+
+    async def _probe(self, partition: int) -> None:
+        ends = await asyncio.get_running_loop().run_in_executor(None, self.client, [partition])
+        answered = ends is not None
+        if answered != self.answering:
+            self.outages += not answered
+            log.warning("%s: the broker %s", self.role, "answers again" if answered else "does not answer")
+        self.answering = answered
+        self.on_result(answered, time.monotonic())
+
+
 class SummariserWorker:
     """Agents ``eroica-summariser`` (raw topic) and ``eroica-ingest`` (ingest topic), plus a timer."""
 
@@ -192,9 +227,7 @@ class SummariserWorker:
         # than the idle timeout would otherwise go unseen, and the publishers' backlog arrive
         # after the next idle close): the broker is probed every PROBE_S, on its own client.
         self.input = InputDrain(self.clock, config.delivery_timeout_ms / 1000)
-        self.probe = EndOffsets(config, config.raw_topic, timeout_s=PROBE_S)
-        self._probe_task: asyncio.Future | None = None
-        self._probed_at = float("-inf")
+        self.probe = BrokerProbe(config, config.raw_topic, "summariser", self.input.observe)
 
         async def summarise(stream: Any) -> None:
             async for event in stream.noack().events():
@@ -269,7 +302,8 @@ class SummariserWorker:
 
     async def tick(self) -> None:
         now = time.monotonic()
-        self._start_probe(now)
+        if self.parts:
+            self.probe.start(now, min(self.parts))
         idle_s = self.settings.idle_close_s
         async with self.lock:
             waiting = [p for p, ps in self.parts.items() if ps.idle_due(now, idle_s)]
@@ -282,23 +316,6 @@ class SummariserWorker:
                     log.exception("closing windows of %s failed", ps.source)
                     continue
                 await self.deliver(step)
-
-    def _start_probe(self, now: float) -> None:
-        """Ask the broker for one partition's end offset in the background (one probe at a time)."""
-        if not self.parts or now - self._probed_at < PROBE_S:
-            return
-        if self._probe_task is not None and not self._probe_task.done():
-            return
-        self._probed_at = now
-        self._probe_task = asyncio.ensure_future(self._probe([min(self.parts)]))
-
-    async def _probe(self, partitions: list[int]) -> None:
-        ends = await asyncio.get_running_loop().run_in_executor(None, self.probe, partitions)
-        was_held = self.input.held
-        self.input.observe(ends is not None, time.monotonic())
-        if self.input.held != was_held:
-            log.warning("broker %s; no idle close for %.0f s after it answers again", "does not answer"
-                        if self.input.held else "answers again", self.input.recovery_grace_s)
 
     async def _drained(self, partitions: list[int], now: float) -> set[int]:
         ends = await asyncio.get_running_loop().run_in_executor(None, self.end_offsets, partitions)
@@ -335,6 +352,10 @@ class DetectorWorker:
         })
         self.core = DetectorCore(settings.detect_grace_s)
         self.broker_answers = EndOffsets(config, config.summaries_topic)  # the recovery watchdog asks it
+        # A window's grace must not run out while the digests it waits for are held up by an outage:
+        # after the broker answers again, the summarisers' producers may take their delivery timeout.
+        self.delivery_s = config.delivery_timeout_ms / 1000
+        self.probe = BrokerProbe(config, config.summaries_topic, "detector", self._on_probe)
         self.loaded: set[int] = set()
         self.gate = faustfix.AckGate()
         self.lock = asyncio.Lock()
@@ -388,8 +409,16 @@ class DetectorWorker:
                 out = Output(sends=step.sends, acks=step.acks)
             await self.deliver(out)
 
+    def _on_probe(self, answered: bool, now: float) -> None:
+        if not answered:
+            self.core.hold_grace(float("inf"))
+        elif self.core.grace_held_until == float("inf"):
+            self.core.hold_grace(now + self.delivery_s, replace=True)
+
     async def tick(self) -> None:
         await self._watch_recovery()
+        if self.core.jobs:
+            self.probe.start(time.monotonic())
         async with self.lock:
             try:
                 out = self.core.due(time.monotonic())
@@ -418,6 +447,7 @@ class DetectorWorker:
         return {"role": "detector", "app_id": self.app.conf.id,
                 "assigned": _assigned(self.app, self.config.summaries_topic), "partitions": sorted(self.loaded),
                 **asdict(self.core.stats), "jobs": len(self.core.jobs), "pending_windows": self.core.pending_windows(),
+                "broker_outages": self.probe.outages,
                 "held_messages": self.gate.pending(), "sent": self.out.sent, "deadletters": self.out.deadletters,
                 **self.store.stats(),
                 "uptime_s": round(time.monotonic() - self.started, 1)}
