@@ -43,9 +43,12 @@ from .watchdog import EXIT_RECOVERY_STALLED, stalled
 log = logging.getLogger("eroica.streams.faust")
 
 TICK_S = 0.25
-# How often the summariser asks the broker whether it answers (one end-offset request): well
-# under the idle timeout (5 s), so an outage that ends before a job looks idle is still seen.
+# How often the workers ask the broker whether it answers (one end-offset request): well under
+# the idle timeout (5 s), so an outage that ends before a job looks idle is still seen. A probe
+# may take twice that (a loaded machine) before it counts as "no answer": a false outage only
+# delays idle closes and forced windows by the delivery timeout, but should stay rare.
 PROBE_S = 1.0
+PROBE_TIMEOUT_S = 2.0
 EXIT_FORCED = 1
 
 
@@ -171,7 +174,7 @@ class BrokerProbe:
 
     def __init__(self, config: KafkaConfig, topic: str, role: str,
                  on_result: Callable[[bool, float], None]) -> None:
-        self.client = EndOffsets(config, topic, timeout_s=PROBE_S)
+        self.client = EndOffsets(config, topic, timeout_s=PROBE_TIMEOUT_S)
         self.role, self.on_result = role, on_result
         self.answering = True
         self.outages = 0
@@ -225,7 +228,7 @@ class SummariserWorker:
         self.end_offsets = EndOffsets(config, config.raw_topic)
         # ... and an outage must be noticed even when no idle close is at stake (one shorter
         # than the idle timeout would otherwise go unseen, and the publishers' backlog arrive
-        # after the next idle close): the broker is probed every PROBE_S, on its own client.
+        # after the next idle close): the broker is probed every PROBE_S (BrokerProbe).
         self.input = InputDrain(self.clock, config.delivery_timeout_ms / 1000)
         self.probe = BrokerProbe(config, config.raw_topic, "summariser", self.input.observe)
 
