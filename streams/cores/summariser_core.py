@@ -70,6 +70,7 @@ _NO_MARK = np.iinfo(np.int64).min
 # preempted in between: a GIL switch is 5 ms), frames in a producer's queue (linger 5 ms, a
 # loaded broker). 5 s is ten flush intervals: the guessed marks' allowance (one window, 30 s)
 # exists for spans whose start time arrives when they end, which a declaration accounts for.
+# Workers take EROICA_DECLARED_LATENESS_S (streams/faust/settings.py, the same default).
 DECLARED_LATENESS_NS = 5 * 10**9
 _MAX_MARK = np.iinfo(np.int64).max
 

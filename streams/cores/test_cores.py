@@ -460,7 +460,8 @@ def test_settings_from_env() -> None:
                                  "EROICA_INGEST": "0", "EROICA_DATA_DIR": "/tmp/x"})
     assert (s.window_ns, s.lateness_ns, s.max_skew_ns, s.web_port, s.log_level, s.ingest) == \
         (10 * 10**9, 10 * 10**9, 20 * 10**9, None, "warn", False)
-    assert s.app_id_for("detector") == "eroica-detector"
+    assert s.app_id_for("detector") == "eroica-detector" and s.declared_lateness_ns == 5 * 10**9
+    assert WorkerSettings.from_env({"EROICA_DECLARED_LATENESS_S": "2.5"}).declared_lateness_ns == 2_500_000_000
     with pytest.raises(ValueError, match="EROICA_IDLE_CLOSE_S"):
         WorkerSettings.from_env({"EROICA_IDLE_CLOSE_S": "soon"})
     with pytest.raises(ValueError, match="EROICA_WEB_PORT"):

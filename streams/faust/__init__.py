@@ -16,8 +16,9 @@ Data flow (topic names from :class:`~eroica.kafka.config.KafkaConfig`)::
 columnar (numpy views, no per-record Python) into the core's
 :class:`~eroica.streams.detection.windows.WindowAssembler` (epoch-aligned
 windows, ``EROICA_WINDOW_S``). A window closes on the event-time watermark
-(slowest stream of the job on the partition, plus ``EROICA_LATENESS_S``, then
-``EROICA_CLOSE_HOLD_S`` of wall clock), when every key of the job on the
+(slowest stream of the job on the partition, plus ``EROICA_LATENESS_S``, or
+``EROICA_DECLARED_LATENESS_S`` when every stream's producer declares its
+watermark, then ``EROICA_CLOSE_HOLD_S`` of wall clock), when every key of the job on the
 partition sent its end-of-stream marker, or when the job has been silent on
 the worker for ``EROICA_IDLE_CLOSE_S``. A closed window becomes
 ``digest_window(JobWindow)`` of the ranks/nodes of that partition, sent to the
@@ -82,7 +83,7 @@ capped near one core (the GIL); memory is about the raw records of the open
 windows of its partitions (one window plus the lateness).
 
 **Settings**: ``settings.py`` (``EROICA_WINDOW_S``, ``EROICA_LATENESS_S``,
-``EROICA_MAX_SKEW_S``, ``EROICA_CLOSE_HOLD_S``, ``EROICA_IDLE_CLOSE_S``,
+``EROICA_DECLARED_LATENESS_S``, ``EROICA_MAX_SKEW_S``, ``EROICA_CLOSE_HOLD_S``, ``EROICA_IDLE_CLOSE_S``,
 ``EROICA_DETECT_GRACE_S``, ``EROICA_APP_ID``, ``EROICA_DATA_DIR``,
 ``EROICA_WEB_PORT``, ``EROICA_SHUTDOWN_TIMEOUT_S``, ``EROICA_LOG_LEVEL``,
 ``EROICA_INGEST``, ``EROICA_STATS_INTERVAL_S``) plus ``EROICA_KAFKA_*``.

@@ -66,6 +66,7 @@ class WorkerSettings:
 
     window_s: float = 30.0
     lateness_s: float | None = None  # None: one window
+    declared_lateness_s: float = 5.0  # for streams whose producers declare watermarks (summariser_core)
     max_skew_s: float | None = None  # None: two windows
     close_hold_s: float = 1.0
     idle_close_s: float = 5.0
@@ -99,6 +100,10 @@ class WorkerSettings:
         return self.window_ns if self.lateness_s is None else int(self.lateness_s * NS)
 
     @property
+    def declared_lateness_ns(self) -> int:
+        return int(self.declared_lateness_s * NS)
+
+    @property
     def max_skew_ns(self) -> int:
         return 2 * self.window_ns if self.max_skew_s is None else int(self.max_skew_s * NS)
 
@@ -115,6 +120,7 @@ class WorkerSettings:
         v: dict[str, object] = {}
         for field, name, minimum in (("window_s", "EROICA_WINDOW_S", 1.0), ("lateness_s", "EROICA_LATENESS_S", 0.0),
                                      ("max_skew_s", "EROICA_MAX_SKEW_S", 0.0),
+                                     ("declared_lateness_s", "EROICA_DECLARED_LATENESS_S", 0.0),
                                      ("close_hold_s", "EROICA_CLOSE_HOLD_S", 0.0),
                                      ("idle_close_s", "EROICA_IDLE_CLOSE_S", 0.001),
                                      ("detect_grace_s", "EROICA_DETECT_GRACE_S", 0.001),

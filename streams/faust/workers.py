@@ -262,7 +262,8 @@ class SummariserWorker:
         if ps is None:
             s = self.settings
             ps = self.parts[p] = PartitionSummariser(f"{self.config.raw_topic}/{p}", s.window_ns, s.lateness_ns,
-                                                     s.max_skew_ns, hold_s=s.close_hold_s, clock=self.clock)
+                                                     s.max_skew_ns, hold_s=s.close_hold_s, clock=self.clock,
+                                                     declared_lateness_ns=s.declared_lateness_ns)
         return ps
 
     async def deliver(self, step: Step) -> None:
