@@ -32,6 +32,7 @@ from eroica.runtime import metrics
 from eroica.streams.cores.detector_core import PATTERNS, VERDICTS, DetectorCore
 from eroica.streams.cores.ingest import RAW, ingest_message
 from eroica.streams.cores.step import Step as Output  # one type since issue 14; the old name kept here only
+from eroica.streams.cores.broker_watch import BrokerWatch
 from eroica.streams.cores.summariser_core import (DEADLETTER, SUMMARIES, InputDrain, JobClock, PartitionSummariser,
                                                   Send, Step, SummariserStats)
 
@@ -49,6 +50,10 @@ TICK_S = 0.25
 # delays idle closes and forced windows by the delivery timeout, but should stay rare.
 PROBE_S = 1.0
 PROBE_TIMEOUT_S = 2.0
+# Answers of a healthy broker are at most PROBE_S (the timer) + PROBE_S (the wait for the next
+# start) + PROBE_TIMEOUT_S (a slow answer) apart, 4 s here; a longer silence, whatever its cause,
+# counts as an outage (BrokerWatch). 6 s leaves 2 s of slack for a loaded event loop.
+MAX_SILENCE_S = 2 * PROBE_S + 2 * PROBE_TIMEOUT_S
 EXIT_FORCED = 1
 
 
@@ -169,17 +174,25 @@ class BrokerProbe:
     Both workers must know of an outage even when nothing they do asks the
     broker (one shorter than their timeouts ends unseen, and the publishers'
     backlog then arrives after a window was closed or forced). ``on_result``
-    gets (answered, monotonic time) after each probe; transitions are logged.
+    gets (answered, monotonic time) after each probe, and (False, t) (True,
+    now) for a silence longer than ``MAX_SILENCE_S`` between two answers
+    (:class:`~eroica.streams.cores.broker_watch.BrokerWatch`); transitions are
+    logged. The workers start it from a timer of its own, for their whole
+    life: a probe held up behind their other work, or skipped while they had
+    nothing to do, would read as a silence.
     """
 
     def __init__(self, config: KafkaConfig, topic: str, role: str,
                  on_result: Callable[[bool, float], None]) -> None:
         self.client = EndOffsets(config, topic, timeout_s=PROBE_TIMEOUT_S)
         self.role, self.on_result = role, on_result
-        self.answering = True
-        self.outages = 0
+        self.watch = BrokerWatch(MAX_SILENCE_S)
         self._task: asyncio.Future | None = None
         self._at = float("-inf")
+
+    @property
+    def outages(self) -> int:
+        return self.watch.outages
 
     def start(self, now: float, partition: int = 0) -> None:
         """Probe now unless one ran in the last ``PROBE_S`` or is still running."""
@@ -190,12 +203,15 @@ class BrokerProbe:
 
     async def _probe(self, partition: int) -> None:
         ends = await asyncio.get_running_loop().run_in_executor(None, self.client, [partition])
-        answered = ends is not None
-        if answered != self.answering:
-            self.outages += not answered
-            log.warning("%s: the broker %s", self.role, "answers again" if answered else "does not answer")
-        self.answering = answered
-        self.on_result(answered, time.monotonic())
+        was = self.watch.answering
+        seen = self.watch.result(ends is not None, time.monotonic())
+        if len(seen) > 1:
+            log.warning("%s: no answer from the broker for %.1f s (more than %.0f s): counted as an outage",
+                        self.role, seen[-1][1] - seen[0][1], MAX_SILENCE_S)
+        elif self.watch.answering != was:
+            log.warning("%s: the broker %s", self.role, "answers again" if self.watch.answering else "does not answer")
+        for answered, at in seen:
+            self.on_result(answered, at)
 
 
 class SummariserWorker:
@@ -243,6 +259,9 @@ class SummariserWorker:
         async def tick() -> None:
             await self.tick()
 
+        async def probe() -> None:
+            self.probe.start(time.monotonic(), min(self.parts, default=0))
+
         async def on_revoked(*args: Any, **kwargs: Any) -> None:
             revoked = _revoked_arg(args, kwargs)
             async with self.lock:
@@ -255,6 +274,7 @@ class SummariserWorker:
         if settings.ingest:
             app.agent(self.ingest, name="eroica-ingest")(ingest)
         app.timer(TICK_S)(tick)
+        app.timer(PROBE_S)(probe)
         app.on_partitions_revoked.connect(on_revoked)
 
     def _partition(self, p: int) -> PartitionSummariser:
@@ -306,8 +326,6 @@ class SummariserWorker:
 
     async def tick(self) -> None:
         now = time.monotonic()
-        if self.parts:
-            self.probe.start(now, min(self.parts))
         idle_s = self.settings.idle_close_s
         async with self.lock:
             waiting = [p for p, ps in self.parts.items() if ps.idle_due(now, idle_s)]
@@ -323,7 +341,13 @@ class SummariserWorker:
 
     async def _drained(self, partitions: list[int], now: float) -> set[int]:
         ends = await asyncio.get_running_loop().run_in_executor(None, self.end_offsets, partitions)
-        return self.input.drained(ends, self.read_to, now)
+        done = time.monotonic()
+        if done - now > PROBE_TIMEOUT_S:
+            # answers that took this long may span an outage (CI saw 7.5 s across a broker restart,
+            # each partition's answer within its own timeout): they say nothing about what the
+            # publishers still hold, so nothing is drained on them
+            ends = None
+        return self.input.drained(ends, self.read_to, done)
 
     def stats(self) -> dict:
         total = SummariserStats()
@@ -373,6 +397,9 @@ class DetectorWorker:
         async def tick() -> None:
             await self.tick()
 
+        async def probe() -> None:
+            self.probe.start(time.monotonic())
+
         async def on_revoked(*args: Any, **kwargs: Any) -> None:
             revoked = _revoked_arg(args, kwargs)
             parts = {tp.partition for tp in revoked if tp.topic == config.summaries_topic}
@@ -383,6 +410,7 @@ class DetectorWorker:
 
         app.agent(self.summaries, name="eroica-detector")(detect)
         app.timer(TICK_S)(tick)
+        app.timer(PROBE_S)(probe)
         app.on_partitions_revoked.connect(on_revoked)
 
     async def deliver(self, out: Output) -> None:
@@ -421,8 +449,6 @@ class DetectorWorker:
 
     async def tick(self) -> None:
         await self._watch_recovery()
-        if self.core.jobs:
-            self.probe.start(time.monotonic())
         async with self.lock:
             try:
                 out = self.core.due(time.monotonic())
