@@ -2,15 +2,15 @@
 
 A stream loses the tail of a window when its records arrive after the window
 closed (a broker outage longer than the lateness: they are counted as late
-and dropped) or never arrive (a collector that died). The steps cut by that
-gap keep only part of their work, so their cost is low for want of records,
-not for speed. Before ``patterns._level`` the single cut step set the job's
-reference level of every kernel (the minimum over rows), and every later,
-normal window then read as a job-wide regression at confidence 0.99: 18 of 48
-such cuts of a chaos-test job did, and CI's broker-kill chaos test stored two
-of them. Here such cuts on a simulated job with two real faults (the faults
-stay found, nothing else is named) and on a healthy job of long steps
-(nothing is named).
+and dropped) or never arrive (a collector that died). The step cut by that
+gap keeps only part of its work, so its cost is low for want of records,
+not for speed. Before ``patterns._level`` that one cut step set the job's
+regression reference of every kernel (the minimum over rows), and every
+later, normal window then read as a job-wide regression at confidence 0.99:
+14 of 50 such cuts of the chaos tests' job did, and CI's broker-kill chaos
+test stored two of them. Here such cuts on a simulated job with two real
+faults (the faults stay found, nothing else is named) and on a healthy job
+of long steps (nothing is named).
 """
 
 from __future__ import annotations

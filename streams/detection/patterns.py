@@ -44,9 +44,8 @@ _OWN_DURATION_KINDS = (K_KERNEL, K_MEMCPY, K_LOADER, K_IO, K_COLL)
 # 5% (nearest rank: the 3rd-best of 40 steps): robust to a couple of odd fast
 # steps, yet below a regression that started a few steps into the window.
 LOW_Q = 0.05
-# Rows of at least this many steps set a cell's level whatever their calls (_level),
-# their quantile keeping to their whole steps: as the job window's minimum of
-# whole steps (steps.MIN_WINDOW_STEPS).
+# Rows of at least this many steps set a cell's reference level whatever their calls
+# (_level): as the job window's minimum of whole steps (steps.MIN_WINDOW_STEPS).
 LEVEL_STEPS = 3
 
 
@@ -71,6 +70,13 @@ class Patterns:
     step_time_ns: np.ndarray     # (R,) median step span
     window_ns: int
     sporadic: np.ndarray         # (R, F) ran in fewer than half the rank's steps (cost = mean per step)
+    # (R, F) the level the job's regression reference takes: low_ns less the one-step rows that ran the
+    # function fewer times than usual (records lost, not speed: _level); None: low_ns
+    ref_low_ns: np.ndarray | None = None
+
+    @property
+    def reference_low_ns(self) -> np.ndarray:
+        return self.low_ns if self.ref_low_ns is None else self.ref_low_ns
 
     def slot(self, rank: int) -> int:
         return int(np.searchsorted(self.ranks, rank))
@@ -278,7 +284,6 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
     del cost
     sv, count_s, starts_s = group_sorted(g.step_cell, step_cost, n_cells, grouped=True)
     per_step, low = sorted_quantiles(sv, count_s, starts_s, (0.5, LOW_Q))
-    low = _whole_steps_low(g, step_cost, low, n_cells)
     fn_steps = count_s.astype(np.int64, copy=False)
     rows = np.minimum.reduceat(g.perm, starts)  # each row's first record (dense_ids' representative)
     del g, sv
@@ -315,39 +320,6 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
                  "step_time_ns": step_time, "step": part[rp_rows], "start_ns": rp_lo.astype(np.int64) + base,
                  "end_ns": rp_hi.astype(np.int64) + base}
     return fn_cols, rank_cols
-
-
-def _whole_steps_low(g: "_RowSteps", step_cost: np.ndarray, low: np.ndarray, n_cells: int) -> np.ndarray:
-    """The low quantile over each row's *whole* steps: those that ran the function its usual number of times.
-
-    A step whose records were partly lost (a collector gap, records dropped as
-    late) ran the function fewer times than the row's other steps, and its
-    cost is low for want of records, not for speed; with the few steps of a
-    window of long steps, one such step is the row's 5% quantile. Steps with
-    fewer calls than the row's median calls per step (rounded down) leave the
-    low quantile, not the median. Only rows whose steps differ in calls are
-    redone (one min/max pass over the step cells): the usual case of a fixed
-    call count per step costs nothing more.
-    """
-    calls = np.diff(g.step_start, append=g.perm.size)
-    cells = g.step_cell
-    if cells.size == 0:
-        return low
-    row_start = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
-    varying = np.minimum.reduceat(calls, row_start) != np.maximum.reduceat(calls, row_start)
-    if not varying.any():
-        return low
-    mask = np.repeat(varying, np.diff(row_start, append=cells.size))
-    sub_cells, sub_calls = cells[mask], calls[mask]
-    sv, count, starts = group_sorted(sub_cells, sub_calls.astype(np.float64), n_cells, grouped=True)
-    usual = np.floor(sorted_quantiles(sv, count, starts, (0.5,))[0][sub_cells] + 1e-9)
-    whole = sub_calls >= usual
-    sv, _, starts = group_sorted(sub_cells, np.where(whole, step_cost[mask], np.inf), n_cells, grouped=True)
-    kept = np.bincount(sub_cells, weights=whole, minlength=n_cells).astype(np.int64)
-    redone = cells[row_start[varying]]
-    out = low.copy()
-    out[redone] = sorted_quantiles(sv, kept, starts, (LOW_Q,))[0][redone]
-    return out
 
 
 class _RowSteps:
@@ -464,19 +436,25 @@ def _in_flight_rows(fn: Columns) -> InFlightRows:
 
 
 def _level(cell: np.ndarray, low: np.ndarray, steps: np.ndarray, calls: np.ndarray, n_cells: int) -> np.ndarray:
-    """Each cell's best steady level: the lowest low quantile of its rows, less the incomplete steps.
+    """Each cell's level for the job's reference: the lowest low quantile of its rows, less incomplete steps.
 
     A row of one step (an edge step, its parts from neighbouring windows
     summed) is a single sample, and the one most likely to be incomplete:
     records lost or dropped as late at a window's end leave its step with
-    part of its work, so a cost that is low for want of records, not for
-    speed. Such a step ran the function fewer times than the cell's steps
-    usually do; a step that was merely fast (before a regression began) ran
-    it as often. So a one-step row sets the level only with at least the
-    cell's usual calls per step (the step-weighted median over its rows,
-    rounded down: jittery call counts lose a sample, never gain a false one).
-    Rows of ``LEVEL_STEPS`` or more steps already keep to their whole steps
-    (:func:`_whole_steps_low`).
+    part of its work, a cost low for want of records, not for speed. Such a
+    step ran the function fewer times than the cell's steps usually do; a step
+    that was merely fast (before a regression began) ran it as often. So a
+    one-step row counts only with at least the cell's usual calls per step
+    (the step-weighted median over its rows, rounded down). Rows of
+    ``LEVEL_STEPS`` or more steps always count: their quantile ``LOW_Q``
+    already skips a lone low step once they hold >= 11.
+
+    Only the reference takes this level (``Patterns.ref_low_ns``), never the
+    level it is compared with: "usual" is wrong in a window of unusual steps
+    (an evaluation step with 21 calls among training steps of one: the
+    training step would read as incomplete, and the window as 21x slower).
+    Excluding a row can only raise a level, so in the reference it can only
+    miss a regression, never invent one.
     """
     several = steps >= LEVEL_STEPS
     if several.all():
@@ -532,8 +510,9 @@ def build_patterns(d: WindowDigest) -> Patterns:
 
     count = np.bincount(cell, weights=np.asarray(f.count, dtype=np.float64), minlength=n_cells)
     count = count.reshape(n_r, max(n_f, 1))[:, :n_f].astype(np.int64)
-    low = _level(cell, np.asarray(f.low_ns if len(f.low_ns) == len(f.fn) else f.per_step_ns, dtype=np.float64),
-                 w, np.asarray(f.count, dtype=np.float64), n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
+    lows = np.asarray(f.low_ns if len(f.low_ns) == len(f.fn) else f.per_step_ns, dtype=np.float64)
+    low = group_min(cell, lows, n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
+    ref_low = _level(cell, lows, w, np.asarray(f.count, dtype=np.float64), n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
     p99 = group_max(cell, np.asarray(f.p99_ns, dtype=np.float64), n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
     excl = summed(f.excl_ns)
     total = summed(f.total_ns)
@@ -553,5 +532,5 @@ def build_patterns(d: WindowDigest) -> Patterns:
         count=count, total_ns=total, excl_ns=excl, median_ns=wmedian(f.median_ns),
         p90_ns=wmedian(f.p90_ns), p99_ns=p99, per_step_ns=per_step, low_ns=low,
         beta=excl / np.where(busy > 0, busy, float(window_ns))[:, None], steps=steps, step_time_ns=step_time, window_ns=window_ns,
-        sporadic=sporadic,
+        sporadic=sporadic, ref_low_ns=ref_low,
     )

@@ -156,14 +156,8 @@ def _reference_summarise_fn(fn: Columns, window_end_ns: int | None = None) -> tu
     # The low quantile is what the function costs in its best steps: a level a
     # regression that starts inside the window moves only once >= 95% of the
     # window's steps are past it (the job's history compares it, regression.py).
-    step_cell, step_cost = cell[step_first], group_sum(step_ids, cost, n_cs)
-    per_step = group_quantiles(step_cell, step_cost, n_cells, (0.5,))[0]
-    # ... over the row's whole steps: those with at least its median calls per step (rounded down)
-    step_calls = group_count(step_ids, n_cs).astype(np.float64)
-    usual = np.floor(group_quantiles(step_cell, step_calls, n_cells, (0.5,))[0] + 1e-9)
-    whole = step_calls >= usual[step_cell]
-    low = group_quantiles(step_cell[whole], step_cost[whole], n_cells, (LOW_Q,))[0]
-    fn_steps = group_count(step_cell, n_cells)
+    per_step, low = group_quantiles(cell[step_first], group_sum(step_ids, cost, n_cs), n_cells, (0.5, LOW_Q))
+    fn_steps = group_count(cell[step_first], n_cells)
 
     # Step span per rank and step: first start to last end of the step's records.
     rs_ids, n_rs, rs_first = dense_ids(slot, steps_)
