@@ -37,6 +37,10 @@ class BrokerWatch:
     def result(self, answered: bool, at: float) -> list[tuple[bool, float]]:
         """One probe's result at monotonic ``at``: what to report, in order (an outage may be inferred)."""
         out: list[tuple[bool, float]] = []
+        if not answered and self.last_answer_at is None:
+            # never answered yet: a client still connecting (its first request can outlast the
+            # timeout), and a worker that has read nothing has nothing an outage could hold up
+            return out
         if not answered:
             if self.answering:
                 self.outages += 1

@@ -13,6 +13,13 @@ def test_steady_answers_report_themselves_only() -> None:
     assert w.outages == 0
 
 
+def test_no_answer_before_the_first_is_no_outage() -> None:
+    w = BrokerWatch(max_silence_s=6.0)
+    assert w.result(False, 0.0) == []          # a fresh client, still connecting
+    assert w.result(True, 2.5) == [(True, 2.5)]
+    assert w.outages == 0
+
+
 def test_a_failed_probe_is_one_outage_until_an_answer() -> None:
     w = BrokerWatch(max_silence_s=6.0)
     w.result(True, 0.0)

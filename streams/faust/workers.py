@@ -195,8 +195,8 @@ class BrokerProbe:
         return self.watch.outages
 
     def start(self, now: float, partition: int = 0) -> None:
-        """Probe now unless one ran in the last ``PROBE_S`` or is still running."""
-        if now - self._at < PROBE_S or (self._task is not None and not self._task.done()):
+        """Probe now unless one started in the last half ``PROBE_S`` (the timer paces it) or is still running."""
+        if now - self._at < PROBE_S / 2 or (self._task is not None and not self._task.done()):
             return
         self._at = now
         self._task = asyncio.ensure_future(self._probe(partition))
@@ -208,8 +208,12 @@ class BrokerProbe:
         if len(seen) > 1:
             log.warning("%s: no answer from the broker for %.1f s (more than %.0f s): counted as an outage",
                         self.role, seen[-1][1] - seen[0][1], MAX_SILENCE_S)
-        elif self.watch.answering != was:
-            log.warning("%s: the broker %s", self.role, "answers again" if self.watch.answering else "does not answer")
+        elif self.watch.answering and not was:
+            # two templates: the log filter (runtime/logfilter.py) folds repeats of one template,
+            # and folded "answers again" lines hid every recovery in the chaos logs
+            log.warning("%s: the broker answers again", self.role)
+        elif was and not self.watch.answering:
+            log.warning("%s: the broker does not answer", self.role)
         for answered, at in seen:
             self.on_result(answered, at)
 
