@@ -8,7 +8,7 @@ comparison is then a column-wise operation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,13 +70,23 @@ class Patterns:
     step_time_ns: np.ndarray     # (R,) median step span
     window_ns: int
     sporadic: np.ndarray         # (R, F) ran in fewer than half the rank's steps (cost = mean per step)
-    # (R, F) the level the job's regression reference takes: low_ns less the one-step rows that ran the
-    # function fewer times than usual (records lost, not speed: _level); None: low_ns
-    ref_low_ns: np.ndarray | None = None
+    # The rows behind the level the job's regression reference takes (cell, low, steps, calls,
+    # n_cells: see _level); None: low_ns. Kept, not computed: once the reference holds its
+    # windows (regression.REFERENCE_WINDOWS) no window needs it, and it cost ~8% of this build.
+    ref_rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int] | None = field(default=None, repr=False)
+    _ref_low: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def reference_low_ns(self) -> np.ndarray:
-        return self.low_ns if self.ref_low_ns is None else self.ref_low_ns
+        """(R, F) low_ns less the one-step rows that ran the function fewer times than usual (records lost,
+        not speed: :func:`_level`), computed on first use."""
+        if self.ref_rows is None:
+            return self.low_ns
+        if self._ref_low is None:
+            cell, low, steps, calls, n_cells = self.ref_rows
+            n_f = len(self.fn_names)
+            self._ref_low = _level(cell, low, steps, calls, n_cells).reshape(self.ranks.size, max(n_f, 1))[:, :n_f]
+        return self._ref_low
 
     def slot(self, rank: int) -> int:
         return int(np.searchsorted(self.ranks, rank))
@@ -449,7 +459,7 @@ def _level(cell: np.ndarray, low: np.ndarray, steps: np.ndarray, calls: np.ndarr
     ``LEVEL_STEPS`` or more steps always count: their quantile ``LOW_Q``
     already skips a lone low step once they hold >= 11.
 
-    Only the reference takes this level (``Patterns.ref_low_ns``), never the
+    Only the reference takes this level (``Patterns.reference_low_ns``), never the
     level it is compared with: "usual" is wrong in a window of unusual steps
     (an evaluation step with 21 calls among training steps of one: the
     training step would read as incomplete, and the window as 21x slower).
@@ -512,7 +522,6 @@ def build_patterns(d: WindowDigest) -> Patterns:
     count = count.reshape(n_r, max(n_f, 1))[:, :n_f].astype(np.int64)
     lows = np.asarray(f.low_ns if len(f.low_ns) == len(f.fn) else f.per_step_ns, dtype=np.float64)
     low = group_min(cell, lows, n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
-    ref_low = _level(cell, lows, w, np.asarray(f.count, dtype=np.float64), n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
     p99 = group_max(cell, np.asarray(f.p99_ns, dtype=np.float64), n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
     excl = summed(f.excl_ns)
     total = summed(f.total_ns)
@@ -532,5 +541,5 @@ def build_patterns(d: WindowDigest) -> Patterns:
         count=count, total_ns=total, excl_ns=excl, median_ns=wmedian(f.median_ns),
         p90_ns=wmedian(f.p90_ns), p99_ns=p99, per_step_ns=per_step, low_ns=low,
         beta=excl / np.where(busy > 0, busy, float(window_ns))[:, None], steps=steps, step_time_ns=step_time, window_ns=window_ns,
-        sporadic=sporadic, ref_low_ns=ref_low,
+        sporadic=sporadic, ref_rows=(cell, lows, w, np.asarray(f.count, dtype=np.float64), n_cells),
     )

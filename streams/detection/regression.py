@@ -99,8 +99,10 @@ def remember(p: Patterns, history: JobHistory, regressed: set[str]) -> dict[str,
         if p.fn_names[f] in regressed:
             continue
         values = ref.setdefault(key, [])
-        col = p.reference_low_ns[:, f]  # less steps that lost records (patterns._level)
-        if len(values) < REFERENCE_WINDOWS and np.isfinite(col).mean() >= MIN_PRESENCE:
+        if len(values) >= REFERENCE_WINDOWS:
+            continue
+        col = p.reference_low_ns[:, f]  # less steps that lost records (patterns._level), computed here only
+        if np.isfinite(col).mean() >= MIN_PRESENCE:
             values.append(float(np.nanmedian(col)))
     return {k: v for k, v in ref.items() if v}
 
