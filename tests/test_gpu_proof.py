@@ -55,3 +55,32 @@ def test_cuda_regions_are_held_to_their_own_step_and_host_region():
     early = [dict(r, ts_ns=r["ts_ns"] - 2_000_000) if str(r.get("fn", "")).endswith("[gpu]") else r for r in base]
     assert any("before their host region" in p for p in gpu_proof.check(early, True)["problems"])
     assert gpu_proof.check(base, True)["gpu_start_after_host_ms"]["median"] == 5e-6
+
+
+def writes(*entries):
+    """(wm or None, [(fn, ts)...]) per write, written 1 ms after its mark."""
+    return [{"at_ns": (wm or 0) + 1_000_000, "wm": wm, "recs": [[fn, ts, 10] for fn, ts in recs]}
+            for wm, recs in entries]
+
+
+def test_marks_kept_pass_and_report_how_far_they_trail():
+    ok = gpu_proof.check_watermarks(writes(
+        (100, [("Net.forward", 50), ("Net.forward[gpu]", 60)]),   # older than its own mark: written with it
+        (200, [("Net.forward[gpu]", 150), ("SGD.step", 180)]),
+        (None, [("Net.forward", 300)])), allowance_ns=50)
+    assert ok["ok"], ok["problems"]
+    assert ok["declared"] == 2 and ok["gpu_records"] == 2 and ok["mark_trails_write_ms"]["max"] == 1.0
+
+
+def test_a_record_older_than_a_declared_mark_fails_past_the_allowance():
+    within = gpu_proof.check_watermarks(writes((100, [("a[gpu]", 100)]), (200, [("b[gpu]", 70)])), allowance_ns=50)
+    assert within["ok"] and within["late_within_allowance"] == {"gpu": 1, "host": 0}
+    late = gpu_proof.check_watermarks(writes((100, [("a[gpu]", 100)]), (200, [("b[gpu]", 20)])), allowance_ns=50)
+    assert not late["ok"] and late["worst_late_ms"] == 80 / 1e6
+
+
+def test_a_mark_that_goes_back_or_no_mark_at_all_fails():
+    back = gpu_proof.check_watermarks(writes((200, [("a[gpu]", 200)]), (100, [("b[gpu]", 250)])), allowance_ns=50)
+    assert not back["ok"] and "went back" in back["problems"][0]
+    none = gpu_proof.check_watermarks(writes((None, [("a[gpu]", 1)])), allowance_ns=50)
+    assert not none["ok"]

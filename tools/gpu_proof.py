@@ -17,9 +17,20 @@ tracer in the rank, the node agent beside it), then checks the records:
   ECC and XID counts >= 0, memory used <= total); NVLink only where the
   board has links (``nvidia-smi nvlink -s`` says none on PCIe cards).
 
-The checks are :func:`check`, a pure function over the records, so the test
-suite can run them on hand-built records (``tests/test_gpu_proof.py``) without a
-GPU. The summary (``gpu_proof.json``) is what a closing note quotes.
+Then it proves the tracer's **declared watermarks** (issue 13) with CUDA-event
+regions on the GPU: the same kind of job traced in-process into a sink that
+takes declared marks (as the Kafka sink does) and logs every write. The GPU
+runs behind the host (nothing synchronises in the step), so a region's record
+is written long after its host call; the mark must wait for it. Checked by
+:func:`check_watermarks`: no record is written with a start before a mark
+already declared by more than the summariser's allowance
+(``DECLARED_LATENESS_NS``), marks never go back, and how far each mark trails
+its write is reported (what a window waits for on a GPU job).
+
+The checks are :func:`check` and :func:`check_watermarks`, pure functions over
+the records, so the test suite can run them on hand-built records
+(``tests/test_gpu_proof.py``) without a GPU. The summary (``gpu_proof.json``)
+is what a closing note quotes.
 """
 
 from __future__ import annotations
@@ -57,6 +68,48 @@ JOB = textwrap.dedent('''
         with open(os.environ["PROOF_STATS"], "w") as f:
             f.write('{"steps": %d, "seconds": %.3f}' % (steps, time.time() - start))
     dist.destroy_process_group()
+''')
+
+# The watermark job: the tracer in this process, its sink logging each write with the mark it
+# declares. No .item() or synchronise inside a step: the host queues work ahead of the GPU (up to
+# the launch queue), which is the case where a CUDA region's record comes last.
+JOB_WATERMARK = textwrap.dedent('''
+    import json, os, sys, time, torch
+    from eroica.producers.tracer import runtime, torch_hooks
+
+    class LogSink:
+        declares_watermarks = True
+        def __init__(self):
+            self.writes = []
+        def write(self, recs, watermark_ns=None):
+            self.writes.append({"at_ns": time.time_ns(), "wm": watermark_ns,
+                                "recs": [[r.fn, r.ts_ns, r.dur_ns] for r in recs]})
+        def close(self):
+            pass
+
+    sink = LogSink()
+    ident = runtime.Identity(job="gpu-proof-wm", node="n0", rank=0, world_size=1, local_rank=0,
+                             pid=os.getpid(), final=True)
+    tracer = runtime.get_tracer(sink_factory=lambda ident: sink, identity=ident, flush_s=0.25)
+    torch_hooks.install(tracer)
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    model = torch.nn.Sequential(*[torch.nn.Linear(8192, 8192) for _ in range(8)]).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-5)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(4096, 8192)), batch_size=512)
+    end = time.time() + float(os.environ.get("PROOF_SECONDS", "30"))
+    steps = 0
+    while time.time() < end:
+        for (x,) in data:
+            steps += 1
+            loss = model(x.to(dev, non_blocking=True)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    tracer.close()
+    with open(sys.argv[1], "w") as f:
+        json.dump({"steps": steps, "writes": sink.writes}, f)
 ''')
 
 # (field, low, high): the physical range a healthy data-centre GPU reports
@@ -136,6 +189,56 @@ def check(records: list[dict[str, Any]], nvlink_expected: bool) -> dict[str, Any
             "nvlink_expected": nvlink_expected}
 
 
+def check_watermarks(writes: list[dict[str, Any]], allowance_ns: int) -> dict[str, Any]:
+    """What a traced run's writes prove about its declared marks; ``ok`` only if all hold.
+
+    ``writes``: in write order, each ``{"at_ns", "wm" (or None), "recs": [[fn, ts_ns, dur_ns]...]}``.
+    A mark promises that nothing older is still to come, so a record written after a mark and
+    starting before it is late; the summariser allows ``allowance_ns`` for spans whose start was
+    read just before the mark and queued after it. Past that, windows would close without it.
+    """
+    problems: list[str] = []
+    declared: int | None = None
+    late = {"gpu": 0, "host": 0}
+    beyond = 0
+    worst_ns = 0
+    went_back = 0
+    trail_ns: list[int] = []
+    n_gpu = 0
+    for w in writes:
+        for fn, ts, _dur in w["recs"]:
+            gpu = str(fn).endswith("[gpu]")
+            n_gpu += gpu
+            if declared is not None and ts < declared:
+                late["gpu" if gpu else "host"] += 1
+                worst_ns = max(worst_ns, declared - ts)
+                beyond += declared - ts > allowance_ns
+        wm = w.get("wm")
+        if wm is None:
+            continue
+        if declared is not None and wm < declared:
+            went_back += 1
+        declared = wm if declared is None else max(declared, wm)
+        trail_ns.append(w["at_ns"] - wm)
+    if not trail_ns:
+        problems.append("no write declared a watermark")
+    if not n_gpu:
+        problems.append("no CUDA-event region ([gpu] records)")
+    if beyond:
+        problems.append(f"{beyond} records started more than the allowance before a mark already declared")
+    if went_back:
+        problems.append(f"the mark went back {went_back} times")
+    trail_ns.sort()
+
+    def q(p: float) -> float | None:
+        return trail_ns[min(len(trail_ns) - 1, int(p * len(trail_ns)))] / 1e6 if trail_ns else None
+
+    return {"ok": not problems, "problems": problems, "writes": len(writes), "declared": len(trail_ns),
+            "records": sum(len(w["recs"]) for w in writes), "gpu_records": n_gpu,
+            "late_within_allowance": late, "worst_late_ms": worst_ns / 1e6,
+            "mark_trails_write_ms": {"median": q(0.5), "p99": q(0.99), "max": q(1.0)}}
+
+
 def _has_nvlink() -> bool:
     try:
         out = subprocess.run(["nvidia-smi", "nvlink", "-s"], capture_output=True, text=True, timeout=30).stdout
@@ -144,12 +247,47 @@ def _has_nvlink() -> bool:
     return "GB/s" in out
 
 
+def _declared_lateness_ns() -> int:
+    """The summariser's allowance, read from its source: importing it needs the stream extras
+    (confluent-kafka), which a GPU machine without network may lack."""
+    import ast
+
+    src = Path(__file__).parents[1] / "streams" / "cores" / "summariser_core.py"
+    for node in ast.parse(src.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "DECLARED_LATENESS_NS":
+            return int(eval(compile(ast.Expression(node.value), str(src), "eval"), {}))
+    raise LookupError(f"DECLARED_LATENESS_NS not in {src}")
+
+
+def _watermark_run(out: Path, seconds: float) -> dict[str, Any]:
+    DECLARED_LATENESS_NS = _declared_lateness_ns()
+    job = out / "watermark_job.py"
+    job.write_text(JOB_WATERMARK)
+    log = out / "watermark_writes.json"
+    proc = subprocess.run([sys.executable, str(job), str(log)], capture_output=True, text=True,
+                          env={**os.environ, "PROOF_SECONDS": str(seconds)})
+    (out / "watermark.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        return {"ok": False, "problems": [f"watermark job exited {proc.returncode}: {proc.stderr[-2000:]}"]}
+    got = json.loads(log.read_text())
+    result = check_watermarks(got["writes"], DECLARED_LATENESS_NS)
+    result["steps"] = got["steps"]
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--watermark-seconds", type=float, default=30.0)
+    ap.add_argument("--watermarks-only", action="store_true", help="only the declared-watermark proof")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.watermarks_only:
+        got = _watermark_run(args.out, args.watermark_seconds)
+        (args.out / "gpu_proof_watermarks.json").write_text(json.dumps(got, indent=2))
+        print(json.dumps(got, indent=2))
+        return 0 if got["ok"] else 1
     job = args.out / "proof_job.py"
     job.write_text(JOB)
     run = args.out / "run.jsonl"
@@ -173,6 +311,8 @@ def main() -> int:
     summary = check(records, _has_nvlink())
     summary["steps_per_s"] = rates
     summary["traced_step_time_over_plain"] = rates["plain"] / rates["traced"]
+    summary["watermarks"] = _watermark_run(args.out, args.watermark_seconds)
+    summary["ok"] = summary["ok"] and summary["watermarks"]["ok"]
     (args.out / "gpu_proof.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
     return 0 if summary["ok"] else 1

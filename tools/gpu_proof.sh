@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The device check of the GPU paths, as one short script (issue 12 item 6), run from the repo root on a
 # machine with an NVIDIA GPU and torch: the real-NVML test, the CUDA-event timer test, then
-# tools/gpu_proof.py (a traced single-GPU NCCL job, its records checked). Results go to $OUT
+# tools/gpu_proof.py (a traced single-GPU NCCL job, its records checked, then the declared watermarks
+# of a traced GPU job), then tools/gpu_overhead.py (the tracer's cost, part by part; OVERHEAD_SECONDS=0
+# skips it). Results go to $OUT
 # (default /tmp/gpu-proof). Packages missing there (msgspec) travel as wheels in .whl/ (see the
 # device tool's README); the repo is imported as `eroica` through a symlink, no install needed.
 set -u
@@ -20,10 +22,19 @@ export PYTHONPATH=/tmp/pkgroot:$PYTHONPATH
 python3 -m pytest -q --noconftest -p no:cacheprovider -rs producers/counters/test_gpu.py \
   producers/tracer/test_torch_hooks.py::test_cuda_timer_resolves_events_against_an_anchor tests/test_gpu_proof.py \
   2>&1 | tee "$OUT/pytest.txt" | tail -8
-PYTHONUNBUFFERED=1 timeout $((SECONDS_RUN + 200)) python3 tools/gpu_proof.py --out /tmp/proof --seconds "$SECONDS_RUN" \
-  >"$OUT/gpu_proof.txt" 2>&1
+PYTHONUNBUFFERED=1 timeout $((3 * SECONDS_RUN + 200)) python3 tools/gpu_proof.py --out /tmp/proof \
+  --seconds "$SECONDS_RUN" --watermark-seconds "$SECONDS_RUN" >"$OUT/gpu_proof.txt" 2>&1
 echo "gpu_proof rc=$?" >>"$OUT/gpu_proof.txt"
-cp /tmp/proof/gpu_proof.json /tmp/proof/*.log "$OUT/" 2>/dev/null
-head -c 4000000 /tmp/proof/run.jsonl >"$OUT/run_head.jsonl" 2>/dev/null
+cp /tmp/proof/gpu_proof.json "$OUT/" 2>/dev/null
 wc -l /tmp/proof/run.jsonl 2>/dev/null
 tail -c 3000 "$OUT/gpu_proof.txt"
+OVERHEAD_SECONDS=${OVERHEAD_SECONDS:-12}
+if [ "$OVERHEAD_SECONDS" != 0 ]; then
+  PYTHONUNBUFFERED=1 timeout $((8 * OVERHEAD_SECONDS + 200)) python3 tools/gpu_overhead.py --out /tmp/overhead \
+    --seconds "$OVERHEAD_SECONDS" --micro >"$OUT/gpu_overhead.txt" 2>&1
+  echo "gpu_overhead rc=$?" >>"$OUT/gpu_overhead.txt"
+  tail -c 2500 "$OUT/gpu_overhead.txt"
+fi
+# the device tool brings back at most 8 files: the logs and the head of the records travel as one archive
+head -c 4000000 /tmp/proof/run.jsonl >/tmp/proof/run_head.jsonl 2>/dev/null
+tar czf "$OUT/logs.tgz" -C /tmp proof/run_head.jsonl proof/watermark_writes.json $(cd /tmp && ls proof/*.log overhead/*.json 2>/dev/null) 2>/dev/null
