@@ -280,6 +280,11 @@ def nominal_step_ns(nodes: int, gpus: int, tp: int, pp: int, mb: int, variant: V
     return float(np.median(sim.step_durs))
 
 
+def trace_every(prog: "Program", step_s: float) -> int:
+    """The tracer records one step in this many (nuisance 6): at most ``TRACE_RECORDS_PER_S`` a rank."""
+    return max(1, math.ceil(prog.records_per_rank_step() / (TRACE_RECORDS_PER_S * step_s)))
+
+
 class Fleet:
     """The nuisances of one realistic run: drawn from the seed and the layout, never from the faults."""
 
@@ -291,7 +296,7 @@ class Fleet:
         v = prog.variant
         step = self.step_s = p.step_for(cfg.pp)
         self.scale = step * 1e9 / nominal_step_ns(cfg.nodes, cfg.gpus, cfg.tp_size, cfg.pp, cfg.mb, v)
-        self.trace_every = max(1, math.ceil(prog.records_per_rank_step() / (TRACE_RECORDS_PER_S * step)))
+        self.trace_every = trace_every(prog, step)
         te = self.trace_every
         # checkpoints and evaluations after traced steps only, so their records are written
         self.ckpt_every = te * max(1, math.ceil(max(CKPT_MIN_EVERY, round(p.ckpt_interval_s / step)) / te))
