@@ -149,7 +149,7 @@ def kernel_step_share(cfg: SimConfig, fn: str) -> float:
 
 def early_regression_step(cfg: SimConfig, steady_traced: int) -> int:
     """The step a regression starts at so that ``steady_traced`` recorded steps after the warm-up precede it."""
-    plan = plan_for(cfg.seed)
+    plan = cfg.plan
     te = trace_every(Program(cfg), plan.step_for(cfg.pp))
     first = -(-len(plan.warmup) // te) * te  # the first traced step past the warm-up
     return first + (steady_traced - 1) * te + 1

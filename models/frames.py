@@ -54,6 +54,15 @@ from .columns import CAT, SCHEMAS, Columns
 from .limits import MAX_DEPTH, MAX_MESSAGE_BYTES, LimitError, check_msgpack, check_size, failure_reason, value_depth
 from .records import MAX_DUR_NS, MAX_TS_NS, JobRecord
 
+# What a stream whose producer declares its watermark (frame meta "wm") still needs: a stream not
+# heard from yet on this partition (a rank's first flush: collectors flush every 0.25-0.5 s), a
+# span that began between a collector's clock read and its snapshot of open spans (a thread
+# preempted in between: a GIL switch is 5 ms), frames in a producer's queue (linger 5 ms, a
+# loaded broker). 5 s is ten flush intervals: the guessed marks' allowance (one window, 30 s)
+# exists for spans whose start time arrives when they end, which a declaration accounts for.
+# Workers take EROICA_DECLARED_LATENESS_S (streams/faust/settings.py, this default).
+DECLARED_LATENESS_NS = 5 * 10**9
+
 MAGIC = b"EF"
 FORMAT_VERSION = 1
 HEADER_LEN = 4

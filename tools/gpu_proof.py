@@ -44,15 +44,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-JOB = textwrap.dedent('''
-    import os, time, torch, torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    dist.init_process_group("nccl")
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    torch.cuda.set_device(dev)
-    model = DDP(torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(8)]).to(dev))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(2048, 4096)), batch_size=256)
+# The training loop of both proof jobs (``model``, ``opt``, ``data`` and ``dev`` defined before it):
+# nothing synchronises inside a step, so the host queues work ahead of the GPU.
+TRAIN_LOOP = '''\
     start = time.time()
     end = start + float(os.environ.get("PROOF_SECONDS", "60"))
     steps = 0
@@ -64,6 +58,18 @@ JOB = textwrap.dedent('''
             opt.step()
             opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
+'''
+
+JOB = textwrap.dedent('''
+    import os, time, torch, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("nccl")
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    torch.cuda.set_device(dev)
+    model = DDP(torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(8)]).to(dev))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(2048, 4096)), batch_size=256)
+''' + TRAIN_LOOP + '''\
     if os.environ.get("PROOF_STATS"):
         with open(os.environ["PROOF_STATS"], "w") as f:
             f.write('{"steps": %d, "seconds": %.3f}' % (steps, time.time() - start))
@@ -71,8 +77,7 @@ JOB = textwrap.dedent('''
 ''')
 
 # The watermark job: the tracer in this process, its sink logging each write with the mark it
-# declares. No .item() or synchronise inside a step: the host queues work ahead of the GPU (up to
-# the launch queue), which is the case where a CUDA region's record comes last.
+# declares. The GPU trailing the host (TRAIN_LOOP) is the case where a CUDA region's record comes last.
 JOB_WATERMARK = textwrap.dedent('''
     import json, os, sys, time, torch
     from eroica.producers.tracer import runtime, torch_hooks
@@ -97,16 +102,7 @@ JOB_WATERMARK = textwrap.dedent('''
     model = torch.nn.Sequential(*[torch.nn.Linear(8192, 8192) for _ in range(8)]).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=1e-5)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(4096, 8192)), batch_size=512)
-    end = time.time() + float(os.environ.get("PROOF_SECONDS", "30"))
-    steps = 0
-    while time.time() < end:
-        for (x,) in data:
-            steps += 1
-            loss = model(x.to(dev, non_blocking=True)).square().mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
+''' + TRAIN_LOOP + '''\
     tracer.close()
     with open(sys.argv[1], "w") as f:
         json.dump({"steps": steps, "writes": sink.writes}, f)
@@ -247,20 +243,9 @@ def _has_nvlink() -> bool:
     return "GB/s" in out
 
 
-def _declared_lateness_ns() -> int:
-    """The summariser's allowance, read from its source: importing it needs the stream extras
-    (confluent-kafka), which a GPU machine without network may lack."""
-    import ast
-
-    src = Path(__file__).parents[1] / "streams" / "cores" / "summariser_core.py"
-    for node in ast.parse(src.read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "DECLARED_LATENESS_NS":
-            return int(eval(compile(ast.Expression(node.value), str(src), "eval"), {}))
-    raise LookupError(f"DECLARED_LATENESS_NS not in {src}")
-
-
 def _watermark_run(out: Path, seconds: float) -> dict[str, Any]:
-    DECLARED_LATENESS_NS = _declared_lateness_ns()
+    from eroica.models.frames import DECLARED_LATENESS_NS  # the summariser's allowance for declared marks
+
     job = out / "watermark_job.py"
     job.write_text(JOB_WATERMARK)
     log = out / "watermark_writes.json"

@@ -44,6 +44,7 @@ import numpy as np
 
 from eroica.models.columns import Columns
 from eroica.models.frames import (
+    DECLARED_LATENESS_NS,
     COLUMNS,
     END_OF_STREAM,
     FrameError,
@@ -64,14 +65,6 @@ __all__ = ["PartitionSummariser", "JobClock", "InputDrain", "SummariserStats", "
            "SUMMARIES", "DEADLETTER", "Send", "Step"]
 
 _NO_MARK = np.iinfo(np.int64).min
-# What a stream whose producer declares its watermark (frame meta "wm") still needs: a stream not
-# heard from yet on this partition (a rank's first flush: collectors flush every 0.25-0.5 s), a
-# span that began between a collector's clock read and its snapshot of open spans (a thread
-# preempted in between: a GIL switch is 5 ms), frames in a producer's queue (linger 5 ms, a
-# loaded broker). 5 s is ten flush intervals: the guessed marks' allowance (one window, 30 s)
-# exists for spans whose start time arrives when they end, which a declaration accounts for.
-# Workers take EROICA_DECLARED_LATENESS_S (streams/faust/settings.py, the same default).
-DECLARED_LATENESS_NS = 5 * 10**9
 _MAX_MARK = np.iinfo(np.int64).max
 
 

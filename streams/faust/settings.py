@@ -42,6 +42,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
+from eroica.models.frames import DECLARED_LATENESS_NS
+
 ROLES = ("summariser", "detector")
 
 NS = 1_000_000_000
@@ -66,7 +68,7 @@ class WorkerSettings:
 
     window_s: float = 30.0
     lateness_s: float | None = None  # None: one window
-    declared_lateness_s: float = 5.0  # for streams whose producers declare watermarks (summariser_core)
+    declared_lateness_s: float = DECLARED_LATENESS_NS / NS  # streams whose producers declare watermarks
     max_skew_s: float | None = None  # None: two windows
     close_hold_s: float = 1.0
     idle_close_s: float = 5.0
