@@ -21,7 +21,7 @@ from .findings import Finding
 from .history import PauseRecord, PauseWindow
 from .layout import Layout
 from .links import NicAnomaly, group_through
-from .ports import PortMap, classify
+from .ports import PortMap, bypassed_ports, classify
 from .patterns import K_COLL, K_KERNEL, K_LOADER, K_OPTIM, K_OTHER, K_PYTHON, Patterns
 
 LOADER_BETA = 0.10        # the data loader holds >= 10% of the window on the typical rank
@@ -259,7 +259,8 @@ def transport_findings(p: Patterns, layout: Layout, counters: CounterSummary, co
     # Only the bandwidth against the links: NVLink's counters, sampled every few seconds,
     # can miss every burst of one or two steps' collectives.
     return [f for f in _collective_findings(p, layout, counters, coll, anomalies) if f.component == "config"
-            and f.evidence.get("inter_node_bandwidth_share_of_link", {}).get("median", 1.0) < BW_CONFIG]
+            and min(f.evidence.get("inter_node_bandwidth_share_of_link", {}).get("median", 1.0),
+                    f.evidence.get("bypassed_ports", {}).get("share_of_link", 1.0)) < BW_CONFIG]
 
 
 def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
@@ -300,6 +301,15 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
     if np.isfinite(ratio) and ratio < BW_CONFIG and not hw and not congested:
         reasons.append(f"inter-node collectives at {ratio:.1%} of the {cap * 8 / 1e9:.0f} Gb/s links "
                        f"(NCCL over TCP sockets instead of RDMA?)")
+    elif np.isfinite(ratio) and not hw:
+        bypass = _bypassed_path(ports, counters, coll, layout, ratio * cap)
+        if bypass is not None and bypass["share_of_link"] < BW_CONFIG:
+            evidence["bypassed_ports"] = bypass
+            ratio = bypass["share_of_link"]
+            reasons.append(f"inter-node collectives ride {', '.join(bypass['carrying'])} while "
+                           f"{', '.join(bypass['idle'][:4])}{'...' if len(bypass['idle']) > 4 else ''} "
+                           f"({bypass['idle_gbps']:.0f} Gb/s) sit idle: at {ratio:.1%} of what those links carry "
+                           f"(NCCL over TCP sockets instead of RDMA?)")
     # Too few same-shaped communicators for the link test (one or two DP rings): the
     # port that differs from the fleet's, under slowed transfers through it, is it.
     for a in {a.node: a for a in sorted(hw, key=lambda a: a.strength)}.values():
@@ -336,6 +346,28 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
             evidence=evidence, summary="; ".join(reasons),
         ))
     return out
+
+
+def _bypassed_path(ports: PortMap, counters: CounterSummary, coll: CollectiveStats, layout: Layout | None,
+                   bus_Bps: float) -> dict[str, Any] | None:
+    """The collectives' bus bandwidth against the node's faster idle ports (:func:`.ports.bypassed_ports`).
+
+    A job-wide misconfiguration shows on every node alike, so a strict majority
+    of the nodes that carry inter-node collectives must have such ports; the
+    capacity is a rank's share of them, as :func:`link_capacity_Bps` takes it
+    of the rails. None when the job's collectives already take the fastest path.
+    """
+    per_node = _inter_node_ranks(coll, layout) if layout is not None else {}
+    fast = bypassed_ports(ports, counters)
+    if not per_node or 2 * sum(1 for n in per_node if n in fast) <= len(per_node):
+        return None
+    caps = [sum(p.link_gbps for p in fast[n]) / k for n, k in per_node.items() if n in fast and k > 0]
+    cap_Bps = float(np.median(caps)) * 1e9 / 8
+    idle = sorted({p.nic for ps in fast.values() for p in ps})
+    return {"share_of_link": round(bus_Bps / cap_Bps, 4), "capacity_Bps_per_rank": cap_Bps,
+            "carrying": sorted({p.nic for p in ports.rails}), "idle": idle,
+            "idle_gbps": float(np.median([p.link_gbps for ps in fast.values() for p in ps])),
+            "nodes": sorted(fast)[:8]}
 
 
 def _transfer_ns(coll: CollectiveStats, names: set[str]) -> int:

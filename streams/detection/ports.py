@@ -65,6 +65,11 @@ BUSY_SHARE = 0.25
 # rail that is slow or flaky on a minority of nodes still carries its share there.
 RAIL_MAJORITY = 0.5
 
+# Link speeds come in grades a factor of 2 apart (100, 200, 400, 800 Gb/s Ethernet; HDR 200
+# and NDR 400 InfiniBand): a port at least one grade faster than the ports that carry the
+# collectives is a faster path, not a spread of one grade's speeds.
+FASTER_GRADE = 2.0
+
 
 @dataclass
 class Port:
@@ -207,6 +212,28 @@ def classify(counters: CounterSummary) -> PortMap:
             port.cls, port.reason = RAIL, "a rail elsewhere; its link went down here"
         else:
             port.cls, port.reason = IDLE, "a rail elsewhere, idle here"
+    return out
+
+
+def bypassed_ports(ports: PortMap, counters: CounterSummary) -> dict[str, list[Port]]:
+    """Per node, its idle physical ports at least one speed grade faster than every port carrying the collectives.
+
+    The classes come from traffic, so when NCCL falls back to TCP sockets the
+    front-end port that now carries the rings *is* the node's rail, and the
+    RDMA ports sit idle as front-end ones. Comparing the collectives with that
+    port's speed then finds nothing wrong: what is wrong is the path. A port
+    whose link went down or flapped is not a path the job could have taken.
+    """
+    out: dict[str, list[Port]] = {}
+    for node, rails in ports._rails_indexed()[2].items():
+        speeds = [p.link_gbps for p in rails if np.isfinite(p.link_gbps) and p.link_gbps > 0]
+        if not speeds:
+            continue
+        fast = [p for p in ports.ports.values() if p.node == node and p.cls in (FRONTEND, IDLE)
+                and np.isfinite(p.link_gbps) and p.link_gbps >= FASTER_GRADE * max(speeds)
+                and not link_trouble(counters.nic.get((node, p.nic), {}))]
+        if fast:
+            out[node] = fast
     return out
 
 

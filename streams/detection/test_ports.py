@@ -87,6 +87,44 @@ def test_front_end_carrying_the_collectives_on_every_node_is_the_rail():
     assert got[RAIL] == {"eth0"} and got[FRONTEND] == {"mlx5_0", "mlx5_1"}
 
 
+def test_collectives_on_the_front_end_beside_idle_rdma_ports_are_a_bypassed_path():
+    # NCCL over TCP: eth0 carries the rings (so it is the rail), the 400G RDMA ports sit idle.
+    from .expected import BW_CONFIG, _bypassed_path
+    from .ports import bypassed_ports
+    nic = {}
+    for n in range(4):
+        nic[(f"node-{n}", "eth0")] = port(100.0, 1.2e10)
+        nic[(f"node-{n}", "lo")] = port(None, 5e7)
+        for i in range(8):
+            nic[(f"node-{n}", f"mlx5_{i}")] = port(400.0, 1e4)
+    c = CounterSummary(nic=nic)
+    pm = classify(c)
+    assert {p.nic for p in pm.rails} == {"eth0"}
+    fast = bypassed_ports(pm, c)
+    assert sorted(fast) == [f"node-{n}" for n in range(4)] and all(len(v) == 8 for v in fast.values())
+    layout = Layout({r: f"node-{r // 8}" for r in range(32)}, {})
+    rings = [_group(f"dp{i}", [i + 8 * k for k in range(4)], 1e9, nbytes=2e9) for i in range(8)]
+    coll = CollectiveStats(np.arange(32), np.zeros(32), np.zeros(32), rings)
+    ratio, _ = inter_node_bandwidth_ratio(coll, c, layout, pm)
+    assert ratio > BW_CONFIG      # against eth0's own speed nothing is wrong ...
+    got = _bypassed_path(pm, c, coll, layout, ratio * link_capacity_Bps(c, pm, {f"node-{n}": 8 for n in range(4)}))
+    assert got is not None and got["share_of_link"] < BW_CONFIG     # ... against the idle 400G ports it is
+    assert got["carrying"] == ["eth0"] and got["idle"] == [f"mlx5_{i}" for i in range(8)]
+    # RDMA ports that are down are no path the job could have taken; and on a minority of nodes, no config
+    for n in range(4):
+        for i in range(8):
+            c.nic[(f"node-{n}", f"mlx5_{i}")]["link_up_min"] = 0.0 if n < 3 else 1.0
+    assert sorted(bypassed_ports(classify(c), c)) == ["node-3"]
+    assert _bypassed_path(classify(c), c, coll, layout, 1e8) is None
+
+
+def test_a_healthy_fleet_bypasses_nothing():
+    # rails busy; eth0 slower, ib0 (IPoIB) at the rails' own speed: no faster idle path
+    from .ports import bypassed_ports
+    c = fleet()
+    assert bypassed_ports(classify(c), c) == {}
+
+
 def test_without_link_speeds_traffic_decides_and_without_traffic_speed_does():
     no_speed = fleet(frontend=False)
     for m in no_speed.nic.values():
