@@ -169,6 +169,30 @@ def throughput(ranks: int, steps: int, window_s: float | None, seed: int, fault:
         Path(json_path).write_bytes(to_json(result))
 
 
+@bench.command("independent")
+@click.option("--scale", type=click.Choice(["tiny", "small", "medium"]), default="small", show_default=True)
+@click.option("--seeds", default="1-3", show_default=True, help="Seeds: a range (1-3) or a list (1,4,7).")
+@click.option("--only", multiple=True, help="Run only this scenario (repeatable).")
+@click.option("--json", "json_path", default="", help="Write one JSON line per run here.")
+def independent(scale: str, seeds: str, only: tuple[str, ...], json_path: str) -> None:
+    """Score the detector on telemetry from the independent generator (bench/independent).
+
+    The generator was written from the contract and the field notes only, by
+    someone who did not read the simulator or the detector: its assumptions are
+    not the detector's. Every fault alone and healthy runs, per seed, at the
+    default 30 s window.
+
+    \b
+    Examples:
+      eroica bench independent --scale small --seeds 1-3
+      eroica bench independent --scale medium --seeds 101-103 --only nccl_tcp
+    """
+    from eroica.bench.independent.run import main
+
+    argv = ["--scale", scale, "--seeds", seeds, *(a for o in only for a in ("--only", o))]
+    sys.exit(main(argv + (["--json", json_path] if json_path else [])))
+
+
 @bench.command("edge")
 @click.option("--nodes", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="GPUs (ranks) per node.")

@@ -35,6 +35,15 @@ def test_one_ring_slower_than_its_siblings_is_slow():
     assert out[0].ratio == 2.0 and out[0].excess_ns == 100 * MS and out[0].z >= 5
 
 
+def test_a_slow_ring_is_found_whatever_the_unit_of_its_cost():
+    # NVLink rings at ~230 GB/s: seconds per byte of ~4e-12, below robust_z's absolute floor, which
+    # once capped a 1.8x slower ring's z at 3.4. The same family in any unit gives the same z.
+    for nbytes in (1e9, 230e9, 1e12):
+        out = slow_groups(stats(rings([100.0 * (1 + 0.01 * (i % 3)) for i in range(7)] + [180.0], nbytes)), STEP_NS)
+        assert [s.group.name for s in out] == ["dp7"], nbytes
+        assert out[0].z >= 5
+
+
 def test_below_the_ratio_or_the_material_bar_is_not_slow():
     assert slow_groups(stats(rings([100.0] * 7 + [100.0 * (MIN_RATIO - 0.05)])), STEP_NS) == []
     # twice as slow, but 10 ms more of a 1 s step (< 2%)
