@@ -11,6 +11,13 @@ GPUs are compared like with like: a GPU's clock against its *own* ceiling
 (``clock_ratio``), and against peers of the same class only (same max SM
 clock, power limit and memory size, whichever are reported). A node type with
 a lower clock ceiling or power limit is not a throttled GPU.
+
+The power limit NVML reports (``nvmlDeviceGetEnforcedPowerLimit``) is a
+setting, not a property of the model: ``nvidia-smi -pl``, a BMC power policy
+or a PSU fault lowers it on one board. The class therefore takes the power
+limit of the GPU's *model on its node* (:func:`with_model_power_limits`): one
+board capped below its node-mates of the same max clock and memory is the
+same model, compared with them, and throttled when its clock says so.
 """
 
 from __future__ import annotations
@@ -48,7 +55,9 @@ THROTTLE_SHARE = 0.3        # clock-event reasons in >= 30% of samples
 # reports a model's max clock, power limit and memory size exactly, while a
 # few MHz / watts / MiB of reporting jitter (or ECC reservations) stay inside.
 CLASS_TOLERANCE = 0.02
-CLASS_KEYS = ("max_sm_clock_mhz", "power_limit_w", "mem_total_bytes")
+# The power-limit ceiling is the model's (``model_power_limit_w``, :func:`with_model_power_limits`),
+# read from the board's own enforced limit only where no node says otherwise.
+CLASS_KEYS = ("max_sm_clock_mhz", "model_power_limit_w", "mem_total_bytes")
 IOWAIT_HIGH_PCT = 10.0
 CPU_SATURATED_PCT = 90.0
 
@@ -62,7 +71,63 @@ def _finite(v: float | None) -> bool:
 
 
 def _ceiling(m: dict[str, float] | None) -> tuple[float, ...]:
-    return tuple(float(m.get(k, np.nan)) if m else float("nan") for k in CLASS_KEYS)
+    if not m:
+        return tuple(float("nan") for _ in CLASS_KEYS)
+    return tuple(float(m.get(k, m.get("power_limit_w", np.nan) if k == "model_power_limit_w" else np.nan))
+                 for k in CLASS_KEYS)
+
+
+_IMMUTABLE_KEYS = ("max_sm_clock_mhz", "mem_total_bytes")  # fixed by the SKU: no setting moves them
+
+
+def with_model_power_limits(counters: CounterSummary, rank_node: dict[int, str]) -> CounterSummary:
+    """The counters with ``model_power_limit_w`` per GPU: the highest enforced power limit among
+    the GPUs of its node that share its max SM clock and memory size.
+
+    Why the node: a server's GPUs are one SKU (an HGX/OAM baseboard, or one
+    chassis build), so a node's GPUs of one max clock and memory size are one
+    model, and a limit can only be *set* below that model's (``nvidia-smi -pl``
+    takes values up to the board's max limit, which the default limit is on
+    data-centre boards; a power-brake or PSU fault only lowers it). The highest
+    limit among them is the model's; a board below it is capped, not another
+    model. Ranks with no node, or alone on theirs, keep their own limit (a
+    class of their own when it differs), as before.
+    """
+    if not counters.gpu:
+        return counters
+    by_node: dict[str, list[int]] = {}
+    for r in counters.gpu:
+        node = rank_node.get(r)
+        if node:
+            by_node.setdefault(node, []).append(r)
+    gpu: dict[int, dict[str, float]] = {}
+    for r, m in counters.gpu.items():
+        own = float(m.get("power_limit_w", np.nan))
+        model = own
+        mates = by_node.get(rank_node.get(r, ""), [])
+        if _finite(own) and len(mates) > 1:
+            imm = tuple(float(m.get(k, np.nan)) for k in _IMMUTABLE_KEYS)
+            limits = [own]
+            for q in mates:
+                mq = counters.gpu[q]
+                lq = float(mq.get("power_limit_w", np.nan))
+                if q == r or not _finite(lq):
+                    continue
+                same = all(not (np.isfinite(x) and np.isfinite(y)) or abs(x - y) <= CLASS_TOLERANCE * max(abs(x), abs(y))
+                           for x, y in zip(imm, (float(mq.get(k, np.nan)) for k in _IMMUTABLE_KEYS)))
+                if same:
+                    limits.append(lq)
+            model = max(limits)
+        gpu[r] = {**m, "model_power_limit_w": model} if _finite(model) else m
+    return CounterSummary(gpu=gpu, gpu_index=counters.gpu_index, nic=counters.nic, host=counters.host)
+
+
+def power_capped(m: dict[str, float] | None) -> bool:
+    """The board's enforced power limit is below its model's (beyond the class tolerance)."""
+    if not m:
+        return False
+    own, model = m.get("power_limit_w", np.nan), m.get("model_power_limit_w", np.nan)
+    return _finite(own) and _finite(model) and own < (1 - CLASS_TOLERANCE) * model
 
 
 def same_class(a: dict[str, float] | None, b: dict[str, float] | None) -> bool:
@@ -113,13 +178,13 @@ def gpu_evidence(counters: CounterSummary, rank: int, peers: list[int]) -> dict[
                  if len(same) < len(with_counters) else {})
     peers = same
     out: dict[str, Any] = {}
-    for key in ("sm_clock_mhz", "throttle_share", "temp_c", "power_w", "clock_ratio", "mem_util_pct",
+    for key in ("sm_clock_mhz", "throttle_share", "temp_c", "power_w", "power_limit_w", "clock_ratio", "mem_util_pct",
                 "pcie_gen", "pcie_width", "pcie_tx_Bps", "pcie_rx_Bps", "nvlink_tx_Bps", "nvlink_rx_Bps"):
         vals = [counters.gpu[p].get(key, np.nan) for p in peers if p in counters.gpu]
         vals = [v for v in vals if _finite(v)]
         if _finite(mine.get(key)):
             out[key] = {"culprit": round(mine[key], 4), "peer_median": round(float(np.median(vals)), 4) if vals else None}
-    for key in ("max_sm_clock_mhz", "max_pcie_gen", "max_pcie_width", "power_limit_w"):
+    for key in ("max_sm_clock_mhz", "max_pcie_gen", "max_pcie_width"):
         if _finite(mine.get(key)):
             out[key] = {"culprit": mine[key]}
     if out_class:
@@ -167,6 +232,10 @@ def kernel_component(counters: CounterSummary, rank: int, memory_share: float,
         if _finite(share) and share >= THROTTLE_SHARE and not (_finite(peer_share) and peer_share >= THROTTLE_SHARE):
             throttled = True
             reason = (reason + "; " if reason else "") + f"clock-event reasons in {share:.0%} of samples"
+        if throttled and power_capped(g):
+            # The cap is the why of the low clock: a board held below its model's limit.
+            reason += (f"; power limit {g['power_limit_w']:.0f} W vs {g['model_power_limit_w']:.0f} W"
+                       f" on its node's GPUs of the same model")
     if throttled:
         return "gpu", reason
     if gemm_ratio is not None and memory_share >= 0.7 and gemm_ratio < 1.05:

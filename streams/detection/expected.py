@@ -169,8 +169,12 @@ def pause_findings(p: Patterns, step_ns: float, recent: Sequence[PauseWindow] = 
                 "cost_share_of_step": round(share, 4), "ranks_pausing": n_ranks,
                 "median_pause_ns": round(pause), "largest_rank_share": round(top / total, 3),
                 "windows": len(windows)}},
+            # ``share`` is pause time over the *pause-free* steps' time (median step x steps), so
+            # it may pass 100%; of the time the job took (those steps plus the pauses that
+            # stalled them) the pauses hold total / (job_ns + total), never over 100%.
             summary=(f"{fn} pauses ({pause / 1e6:.0f} ms) on {n_ranks} different ranks stall the whole job "
-                     f"for {share:.0%} of its time (e.g. garbage collection)"),
+                     f"for {total / (job_ns + total):.0%} of its time ({total / 1e9:.1f} s of pauses beside "
+                     f"{job_ns / 1e9:.0f} s of steps; e.g. garbage collection)"),
         ))
     return out, now
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .attribution import (CLOCK_RATIO_LOW, CPU_SATURATED_PCT, IOWAIT_HIGH_PCT, THROTTLE_SHARE, host_component,
-                          is_compute_bound, kernel_component, loader_component, pcie_reason, same_class)
+from .attribution import (CLOCK_RATIO_LOW, CPU_SATURATED_PCT, IOWAIT_HIGH_PCT, THROTTLE_SHARE, class_peers,
+                          gpu_classes, host_component, is_compute_bound, kernel_component, loader_component,
+                          pcie_reason, same_class, with_model_power_limits)
 from .counters import CounterSummary
 
 H100 = {"max_sm_clock_mhz": 1980.0, "power_limit_w": 700.0, "mem_total_bytes": 80e9}
@@ -56,6 +57,29 @@ def test_gpu_classes_agree_within_two_percent():
     assert not same_class(H100, {**H100, "max_sm_clock_mhz": 1755.0})
     assert same_class(H100, {"power_limit_w": 700.0})   # unknown ceilings do not separate
     assert same_class(None, H100)
+
+
+def test_a_board_capped_below_its_node_mates_is_their_model_and_throttled():
+    # rank 3's enforced limit was lowered (nvidia-smi -pl, a PSU fault): same max clock and memory as
+    # its node-mates, so the same model; its clock sits far below its ceiling, at the cap.
+    capped = {"power_limit_w": 400.0, "power_w": 398.0, "sm_clock_mhz": 1245.0, "clock_ratio": 1245 / 1980,
+              "throttle_share": 1.0}
+    node = {r: "n0" if r < 4 else "n1" for r in range(8)}
+    raw = gpus(r3=capped)
+    assert class_peers(raw, 3, PEERS) == []                     # by its own limit, a class of one: never compared
+    c = with_model_power_limits(raw, node)
+    assert c.gpu[3]["model_power_limit_w"] == 700.0 and raw.gpu[3].get("model_power_limit_w") is None
+    assert class_peers(c, 3, PEERS) == PEERS and len(set(gpu_classes(c, list(range(8))).values())) == 1
+    comp, why = kernel_component(c, 3, 0.0, 1.5, PEERS)
+    assert comp == "gpu" and "SM clock 1245 of 1980 MHz" in why and "power limit 400 W vs 700 W" in why
+    # A whole node at the lower limit (a lower-TDP SKU of the same clock and memory) stays a class of its own,
+    # and a rank without node-mates keeps its own limit.
+    low = gpus(**{f"r{r}": {"power_limit_w": 400.0} for r in range(4)})
+    assert len(set(gpu_classes(with_model_power_limits(low, node), list(range(8))).values())) == 2
+    assert with_model_power_limits(raw, {3: "n0"}).gpu[3]["model_power_limit_w"] == 400.0
+    # another max clock on the node is another model: its limit says nothing about rank 3's
+    other = gpus(r3={"power_limit_w": 350.0, "max_sm_clock_mhz": 1755.0})
+    assert with_model_power_limits(other, node).gpu[3]["model_power_limit_w"] == 350.0
 
 
 def test_storage_when_a_node_waits_on_io_more_than_the_others():

@@ -117,3 +117,30 @@ def test_pauses_add_up_over_the_recent_windows():
     assert pause_findings(gc({0: 500, 2: 500}), STEP_NS)[0] == []
     out, _ = pause_findings(gc({0: 500, 2: 500}), STEP_NS, [w1, w2])
     assert [f.fn for f in out] == ["f1"] and out[0].evidence["f1"]["ranks_pausing"] == 4
+
+
+def test_a_pause_share_is_of_the_time_the_job_took_never_over_all_of_it():
+    # pauses adding up to 2.8x the pause-free steps (4 ranks x 7 s beside 10 steps of 1 s): the
+    # slowdown says how much longer the job took (3.8x); the share stays a share of its time (74%)
+    out, _ = pause_findings(gc({r: 7000 for r in (0, 2, 5, 6)}), STEP_NS)
+    assert len(out) == 1 and out[0].slowdown == 3.8
+    pct = int(out[0].summary.split(" for ")[1].split("%")[0])
+    assert pct <= 100 and abs(pct / 100 - (1 - 1 / out[0].slowdown)) < 0.01
+
+
+def test_a_slow_host_frame_reports_its_duration_ratio_not_its_critical_path_ratio():
+    # A host frame that encloses GPU work: 200 ms a step on the peers, of which the GPU leaves 5 ms
+    # on the critical path; on rank 3 (a contended CPU) it takes 1000 ms, 600 ms of it exposed.
+    # The peer test fires on the exposed time (120x); "runs Nx slower" is the duration, 5x.
+    from .detector import rank_findings
+    m = np.zeros((N, 2))
+    m[:, 0] = 500 * MS
+    m[:, 1] = 5 * MS
+    m[3, 1] = 600 * MS
+    p = patterns(m, [K_KERNEL, K_PYTHON])
+    p.total_ns[:, 1] = 200 * MS * 10
+    p.total_ns[3, 1] = 1000 * MS * 10
+    [f] = rank_findings(p, LAYOUT, CounterSummary(), NO_COLL, STEP_NS)
+    assert (f.rank, f.component, f.slowdown) == (3, "python", 5.0)
+    assert "run 5.00x longer than on 7 peers (1000 ms vs 200 ms per step; 600 ms vs 5.0 ms" in f.summary
+    assert f.evidence["duration_ns_per_step"]["ratio"] == 5.0 and f.evidence["f1"]["ratio"] == 120.0

@@ -40,3 +40,16 @@ def test_what_persists_must_be_the_same_culprit_function_and_observation():
                    slow("dataloader")):                  # another observation (loader, not host code)
         got = confidences([[slow("python")], [second]])
         assert got[1] == [UNCONFIRMED_CAP], (second, got)
+
+
+def test_slow_data_loading_on_a_node_persists_whichever_of_its_ranks_stalls_longest():
+    # a node's storage is slow: the rank that stalls longest changes from window to window
+    got = confidences([[slow("storage", rank=6, fn="DataLoader.__next__")],
+                       [slow("storage", rank=2, fn="torch.serialization.save")],
+                       [slow("dataloader", rank=7, fn="DataLoader.__next__")]])
+    assert got[0] == [UNCONFIRMED_CAP] and all(c[0] >= 0.5 for c in got[1:]), got
+    # ... but not across nodes, and host code keeps its own rank (a GC pause is one process's)
+    other_node = Finding(kind="slow", component="storage", scope="rank", node="n1", rank=9, fn="DataLoader.__next__",
+                         confidence=0.8, culprits=[9])
+    assert confidences([[slow("storage", rank=6)], [other_node]])[1] == [UNCONFIRMED_CAP]
+    assert confidences([[slow("python", rank=6)], [slow("python", rank=2)]])[1] == [UNCONFIRMED_CAP]
