@@ -9,7 +9,7 @@ from eroica.models.columns import from_records
 from eroica.models.records import FnRecord, GpuRecord, HostRecord
 from eroica.streams.detection import detect, detect_window
 from eroica.streams.detection.detector import WARMUP_STEPS
-from eroica.streams.detection.expected import pause_findings
+from eroica.streams.detection.expected import PAUSES_FN, pause_findings
 from eroica.streams.detection.history import JobHistory
 from eroica.streams.detection.patterns import build_patterns
 from eroica.streams.detection.summarise import digest_window
@@ -218,10 +218,10 @@ def test_gc_on_varying_ranks_is_a_pattern_over_windows_not_one_ranks_fault():
             p = build_patterns(digest_window(_pausing_job(pauser, step0=4 * w)))
             step_ns = float(np.median(p.step_time_ns))
             out, now = pause_findings(p, step_ns, recent)
-            found.append([(f.component, f.scope, f.fn) for f in out])
+            found.append([(f.component, f.scope, f.fn, *f.evidence[f.fn]["functions"]) for f in out])
             recent = [*recent, now][-2:]
         return found
 
     varying = windows(lambda step: (3 * step) % 8 if step % 2 == 0 else None)
-    assert varying[0] == [] and varying[2] == [("python", "job", "gc.collect")]
+    assert varying[0] == [] and varying[2] == [("python", "job", PAUSES_FN, "gc.collect")]
     assert windows(lambda step: 5 if step % 2 == 0 else None) == [[], [], []]

@@ -168,6 +168,12 @@ def _drop_explained(findings: list[Finding], p: Patterns, coll: CollectiveStats 
     """
     paced = _paced_ranks(findings, coll)
     findings = [f for f in findings if not _straggler_distorted(f, paced)]
+    # One rank's odd step in a function where the job's host pauses land (GC on varying
+    # ranks, expected.pause_findings) is one of those pauses, not a straggler of its own:
+    # the peer test sees whichever rank paused in the window, a different one each time.
+    paused = _pause_functions(findings)
+    findings = [f for f in findings if not (f.scope == "rank" and f.component == "python" and not f.steady
+                                            and f.fn in paused)]
     pace_set = any(f.kind == "slow" and f.scope in ("rank", "node") and len(f.victims) >= EXPLAINS_SHARE * p.ranks.size
                    for f in findings) or any(f.component == "config" for f in findings)
     if not pace_set:
@@ -180,6 +186,16 @@ def _drop_explained(findings: list[Finding], p: Patterns, coll: CollectiveStats 
 
 
 LINK_COMPONENTS = ("nic", "network", "nvlink", "pcie")
+
+
+def _pause_functions(findings: list[Finding]) -> set[str]:
+    """The host functions that a job-wide pause finding (expected.pause_findings) saw pauses in."""
+    out: set[str] = set()
+    for f in findings:
+        ev = f.evidence.get(f.fn) if f.scope == "job" and f.component == "python" else None
+        if isinstance(ev, dict) and "ranks_pausing" in ev:
+            out |= set(ev.get("functions") or ())
+    return out
 
 
 def _paced_ranks(findings: list[Finding], coll: CollectiveStats | None) -> set[int]:

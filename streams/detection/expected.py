@@ -44,6 +44,33 @@ NVLINK_IDLE_BPS = 1e6     # NVLink counters below 1 MB/s while TP collectives ru
 # bandwidth, NVLink counters sampled between their bursts reading 0.
 PCIE_MAX_BUS_BPS = 64e9
 IOWAIT_HIGH_PCT = 10.0
+# Congestion marks have an expected range of their own, whatever the other ports read: a
+# fabric congested under every node of a job marks all its rails alike, and the peer test
+# (links.nic_anomalies: "far above the quieter ports") then sees no port stand out. A RoCE
+# NIC sends a CNP only for a received packet that a switch ECN-marked, and a switch marks
+# only while its egress queue sits above the marking threshold (Kmin; the probability ramps
+# to Pmax at Kmax); the NIC sends at most one CNP per queue pair per few microseconds, so
+# CNPs count marked packets from below. Ring and tree collectives over rail-aligned links
+# run each flow at most at line rate into a port of the same speed: without congestion the
+# queues stay under Kmin but for microbursts (ECMP collisions), and marks are rare: both
+# models of a healthy port this project has (the simulator: one CNP per 2 GB; the
+# independent generator: at most 30 a second at line rate) mark ~1e-6 of the packets. One
+# received packet in a thousand answered with a CNP is three orders of magnitude above
+# that: queues held above the marking threshold, i.e. congestion.
+CNP_PER_PACKET_MAX = 1e-3
+# Packets counted at a 1024-byte RoCE MTU, the largest that fits a standard 1500-byte
+# Ethernet frame (jumbo-frame fabrics run 4096 B: 4x fewer packets for the same bytes).
+# Counting more packets than there were only lowers the share read: an MTU the detector
+# cannot see never makes an alarm.
+ROCE_MTU_MIN_B = 1024.0
+# ... and marks frequent enough, during the transfers, to hold the senders' rate down: each
+# CNP makes DCQCN cut a queue pair's rate once, and without another one it climbs back to
+# line rate within about a millisecond (a few rate-increase periods: rpg_time_reset, 300 us
+# by default on ConnectX; the DCQCN paper's 55 us timer and 5 fast-recovery steps). Fewer
+# than one CNP per millisecond of inter-node transfer leaves the flows at line rate most of
+# the time: it cannot be why collectives run below BW_DEGRADED of the link (and a near-idle
+# rail's few stray marks, a large share of almost no packets, are not congestion).
+CNP_PER_TRANSFER_S_MIN = 1e3
 
 
 def _share_beta(p: Patterns, kinds: tuple[int, ...]) -> np.ndarray:
@@ -103,15 +130,66 @@ PAUSE_EXCLUSIVE = 0.5  # ... and spent mostly in the function itself, not in GPU
 # tell GC from one rank's problem. The pattern is judged over the last three job windows (the
 # current one and the two before it), each of at least MIN_WINDOW_STEPS steps.
 PAUSE_WINDOWS = 3
+# A collector that the tracer does not record as a frame of its own (``gc.collect``) stops the
+# interpreter inside whatever Python function happens to run: the pause is then one call of an
+# every-step function that lasts far longer than its other calls, on whichever rank collects,
+# in whichever function allocates. Such calls are pauses too (:func:`_outlier_pauses`), and
+# the pauses of all host functions are judged together: it is the job's code that pauses, and
+# the function a pause lands in is chance (a per-function test sees a third of them and names
+# a different function from one window to the next, which no streak survives).
+# The finding names them all, as one function: the incident (and its streak over windows)
+# is the job's pausing, whichever functions this window's pauses happened to land in.
+PAUSES_FN = "host Python pauses"
+
+
+def _outlier_pauses(p: Patterns, f: int, step_ns: float) -> list[PauseRecord]:
+    """Pauses inside an every-step host function: per rank, the time its calls spent above the rank's best steps.
+
+    A rank's typical cost of the function is its best steady level (``low_ns``: the low
+    quantile over its steps, which one or two paused steps of a window cannot move, where a
+    median of three steps can be one); the exclusive time above it is the pause time. The
+    pause's size is the longest call less the rank's usual call (its calls' duration with
+    the pause time taken out: a frame that encloses GPU work lasts long in every call).
+    Only calls at least :data:`PAUSE_COST` of a step longer than usual count (ordinary
+    jitter of host code is micro- to milliseconds: a shorter stall cannot be told from it
+    nor cost the job a material share), only where that extra time is mostly the
+    function's own (:data:`PAUSE_EXCLUSIVE`): a frame whose long call waited for the GPU
+    work it encloses (a slow kernel, an evaluation) did not pause, and only in functions
+    whose usual calls are mostly their own code too: the exclusive time of a frame that
+    encloses other traced work (the step's outer frame, a module's forward) is the gaps
+    between its children, where every wait the tracer does not record lands (a loader's
+    prefetch, a CUDA sync, launch gaps, a neighbour's contention): a long gap there says
+    the step stalled, not that the interpreter paused.
+    """
+    out: list[PauseRecord] = []
+    for slot in np.flatnonzero(p.count[:, f] > 0):
+        calls, steps = float(p.count[slot, f]), float(max(p.steps[slot], 1))
+        low, excl = float(p.low_ns[slot, f]), float(p.excl_ns[slot, f])
+        total, p99 = float(p.total_ns[slot, f]), float(p.p99_ns[slot, f])
+        if not all(np.isfinite(v) for v in (low, excl, total, p99)):
+            continue
+        usual = min(steps, calls) * low              # a step's worth of calls at the best level, each step it ran
+        excess = excl - usual
+        size = p99 - max(total - excess, 0.0) / calls
+        if (size < PAUSE_COST * step_ns or excess < PAUSE_EXCLUSIVE * size
+                or usual < PAUSE_EXCLUSIVE * max(total - excess, 0.0)):
+            continue
+        # how many such calls the excess holds (at least the one that showed)
+        out.append(PauseRecord(p.fn_names[f], int(p.ranks[slot]), excess, max(1, int(round(excess / size))), size))
+    return out
 
 
 def pause_window(p: Patterns, step_ns: float) -> PauseWindow:
-    """This window's sporadic host pauses: functions that run in at most half a rank's steps."""
+    """This window's host pauses: functions that run in at most half a rank's steps (their every call), and
+    the far-too-long calls of every-step functions (:func:`_outlier_pauses`)."""
     steps = float(np.median(p.steps)) if p.steps.size else 0.0
     records: list[PauseRecord] = []
     for f in np.flatnonzero(p.fn_kinds == K_PYTHON):
         ran = p.count[:, f] > 0
-        if not ran.any() or np.median(p.count[ran, f] / np.maximum(p.steps[ran], 1)) > 0.5:
+        if not ran.any():
+            continue
+        if np.median(p.count[ran, f] / np.maximum(p.steps[ran], 1)) > 0.5:
+            records += _outlier_pauses(p, int(f), step_ns)
             continue
         for slot in np.flatnonzero(ran):
             records.append(PauseRecord(p.fn_names[f], int(p.ranks[slot]), float(np.nan_to_num(p.excl_ns[slot, f])),
@@ -119,63 +197,82 @@ def pause_window(p: Patterns, step_ns: float) -> PauseWindow:
     return PauseWindow(steps, float(step_ns), records)
 
 
+def _holds(recs: Sequence[PauseRecord]) -> bool:
+    """A function's pauses hold the critical path themselves (the host does nothing the GPU
+    could overlap): most of their time is the function's own exclusive time. A frame that
+    encloses GPU work (an evaluation pass, a step wrapper) only waits for it."""
+    spent = sum(float(np.nan_to_num(r.median_ns)) * r.calls for r in recs)
+    return sum(r.excl_ns for r in recs) >= PAUSE_EXCLUSIVE * spent
+
+
 def pause_findings(p: Patterns, step_ns: float, recent: Sequence[PauseWindow] = ()) -> tuple[list[Finding], PauseWindow]:
     """Long, sporadic host pauses on varying ranks (GC): each stalls the whole lock-step job.
 
     Per-step medians hide them (a rank pauses only now and then) and the peer
-    test sees no rank stand out, so this test looks for a host function that
-    runs in few steps of each rank, lasts long when it runs, appears on several
-    ranks, and adds up to a real share of the job's time, over this window and
-    the ``recent`` ones before it (:data:`PAUSE_WINDOWS`). Returns the findings
-    and this window's pauses, to remember.
+    test sees no rank stand out, so this test looks for host pauses (a function
+    that runs in few steps of each rank, or calls far longer than the function's
+    usual ones) that last long, appear on several ranks, and add up to a real
+    share of the job's time, over this window and the ``recent`` ones before it
+    (:data:`PAUSE_WINDOWS`). The pauses of every host function that paused on more
+    than one rank are pooled into one finding (:data:`PAUSES_FN`, the functions in
+    its evidence); a function whose pauses all sit on one rank is that rank's
+    periodic work (the peer test's). Returns the findings and this window's
+    pauses, to remember.
     """
     out: list[Finding] = []
     now = pause_window(p, step_ns)
     windows = [*recent[-(PAUSE_WINDOWS - 1):], now] if PAUSE_WINDOWS > 1 else [now]
     job_ns = sum(w.steps * w.step_ns for w in windows if w.steps > 0 and w.step_ns > 0)
-    if now.steps <= 0 or job_ns <= 0:
+    if now.steps <= 0 or job_ns <= 0 or not now.records:
         return out, now
-    for fn in sorted({r.fn for r in now.records}):
-        recs = [r for w in windows for r in w.records if r.fn == fn]
-        totals: dict[int, float] = {}
-        for r in recs:
-            totals[r.rank] = totals.get(r.rank, 0.0) + r.excl_ns
-        n_ranks = len(totals)
-        if n_ranks < PAUSE_RANKS:
-            continue
-        # Time-weighted: the typical pause is the one that holds most of the time (a collector's
-        # many millisecond young-generation passes beside its seconds-long full ones must not
-        # make "the median pause" a few ms), and ...
-        typical = np.array([r.median_ns for r in recs], dtype=np.float64)
-        spent = np.nan_to_num(typical) * np.array([r.calls for r in recs], dtype=np.float64)
-        order = np.argsort(typical, kind="stable")
-        half = np.searchsorted(np.cumsum(spent[order]), 0.5 * spent.sum()) if spent.sum() > 0 else 0
-        pause = float(typical[order][min(int(half), len(recs) - 1)])
-        long = pause >= PAUSE_COST * step_ns
-        total = float(sum(totals.values()))
-        share = total / job_ns
-        # ... a pause holds the critical path itself (the host does nothing the GPU could
-        # overlap): most of its time is its own exclusive time. A frame that encloses GPU
-        # work (an evaluation pass, a step wrapper) only waits for it.
-        holds = total >= PAUSE_EXCLUSIVE * float(spent.sum())
-        top = max(totals.values())
-        if not (long and holds) or share < PAUSE_COST or top > PAUSE_TOP_SHARE * total:
-            continue
-        out.append(Finding(
-            kind="slow", component="python", scope="job", fn=fn,
-            slowdown=float(1.0 + share), score=float(n_ranks),
-            confidence=round(float(min(0.95, 0.3 + share * 4)), 3), peers=[int(r) for r in p.ranks],
-            culprits=[], evidence={fn: {
-                "cost_share_of_step": round(share, 4), "ranks_pausing": n_ranks,
-                "median_pause_ns": round(pause), "largest_rank_share": round(top / total, 3),
-                "windows": len(windows)}},
-            # ``share`` is pause time over the *pause-free* steps' time (median step x steps), so
-            # it may pass 100%; of the time the job took (those steps plus the pauses that
-            # stalled them) the pauses hold total / (job_ns + total), never over 100%.
-            summary=(f"{fn} pauses ({pause / 1e6:.0f} ms) on {n_ranks} different ranks stall the whole job "
-                     f"for {total / (job_ns + total):.0%} of its time ({total / 1e9:.1f} s of pauses beside "
-                     f"{job_ns / 1e9:.0f} s of steps; e.g. garbage collection)"),
-        ))
+    recs_of: dict[str, list[PauseRecord]] = {}
+    for w in windows:
+        for r in w.records:
+            recs_of.setdefault(r.fn, []).append(r)
+    pooled = sorted(fn for fn, rs in recs_of.items() if len({r.rank for r in rs}) >= 2 and _holds(rs))
+    recs = [r for fn in pooled for r in recs_of[fn]]
+    if not recs or not {r.fn for r in now.records} & set(pooled):
+        return out, now
+    totals: dict[int, float] = {}
+    for r in recs:
+        totals[r.rank] = totals.get(r.rank, 0.0) + r.excl_ns
+    n_ranks = len(totals)
+    if n_ranks < PAUSE_RANKS:
+        return out, now
+    # Time-weighted: the typical pause is the one that holds most of the time (a collector's
+    # many millisecond young-generation passes beside its seconds-long full ones must not
+    # make "the median pause" a few ms), and ...
+    typical = np.array([r.median_ns for r in recs], dtype=np.float64)
+    spent = np.nan_to_num(typical) * np.array([r.calls for r in recs], dtype=np.float64)
+    order = np.argsort(typical, kind="stable")
+    half = np.searchsorted(np.cumsum(spent[order]), 0.5 * spent.sum()) if spent.sum() > 0 else 0
+    pause = float(typical[order][min(int(half), len(recs) - 1)])
+    long = pause >= PAUSE_COST * step_ns
+    total = float(sum(totals.values()))
+    share = total / job_ns
+    top = max(totals.values())
+    if not long or share < PAUSE_COST or top > PAUSE_TOP_SHARE * total:
+        return out, now
+    by_fn = {fn: sum(r.excl_ns for r in recs_of[fn]) for fn in pooled}
+    ranked = sorted(pooled, key=lambda k: (-by_fn[k], k))
+    what = f"host pauses ({pause / 1e6:.0f} ms) in " + ", ".join(ranked[:3]) + (
+        f" and {len(ranked) - 3} more" if len(ranked) > 3 else "")
+    evidence: dict[str, Any] = {PAUSES_FN: {
+        "cost_share_of_step": round(share, 4), "ranks_pausing": n_ranks,
+        "median_pause_ns": round(pause), "largest_rank_share": round(top / total, 3),
+        "windows": len(windows), "functions": {k: round(by_fn[k] / total, 3) for k in ranked}}}
+    out.append(Finding(
+        kind="slow", component="python", scope="job", fn=PAUSES_FN,
+        slowdown=float(1.0 + share), score=float(n_ranks),
+        confidence=round(float(min(0.95, 0.3 + share * 4)), 3), peers=[int(r) for r in p.ranks],
+        culprits=[], evidence=evidence,
+        # ``share`` is pause time over the *pause-free* steps' time (median step x steps), so
+        # it may pass 100%; of the time the job took (those steps plus the pauses that
+        # stalled them) the pauses hold total / (job_ns + total), never over 100%.
+        summary=(f"{what} on {n_ranks} different ranks stall the whole job "
+                 f"for {total / (job_ns + total):.0%} of its time ({total / 1e9:.1f} s of pauses beside "
+                 f"{job_ns / 1e9:.0f} s of steps; e.g. garbage collection)"),
+    ))
     return out, now
 
 
@@ -273,7 +370,13 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
     all_ranks = [int(r) for r in p.ranks]
     ports = classify(counters)
     ratio, names = inter_node_bandwidth_ratio(coll, counters, layout, ports)
-    congested = sorted({a.node for a in anomalies if a.kind == "congested"})
+    relative = {a.node for a in anomalies if a.kind == "congested"}
+    # Marks above their expected range (CNP_PER_PACKET_MAX) on the rails, whether or not
+    # other ports read lower: the only way a fabric congested under every node shows.
+    marked = _marked_rails(counters, ports, p.window_ns / 1e9,
+                           _transfer_ns(coll, set(names)) / max(float(np.nanmedian(p.step_time_ns)), 1.0)
+                           if names and p.step_time_ns.size else float("nan"))
+    congested = sorted(relative | set(marked))
     hw = [a for a in anomalies if a.kind in ("degraded", "flaky")]
     cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout))
     reasons: list[str] = []
@@ -293,13 +396,19 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
         ev = {**evidence, "congested_nodes": {"culprit": congested}}
         if blind:
             ev["nodes_without_congestion_counters"] = {"nodes": blind}
+        if marked:
+            ev["cnp_above_expected"] = {"nodes": marked, "expected_max_per_packet": CNP_PER_PACKET_MAX}
+        why = ("CNP / xmit-wait counters far above the other ports" if not marked else
+               "CNPs answer " + f"{max(m['cnp_per_received_packet'] for m in marked.values()):.2%}"
+               f" of received packets (expected < {CNP_PER_PACKET_MAX:.1%})"
+               + ("" if set(marked) >= set(congested) else ", and CNP / xmit-wait far above the other ports"))
         out.append(Finding(
             kind="slow", component="network", scope="job", fn=names[0] if names else "",
             slowdown=float(1.0 / max(ratio, 0.01)), score=float(len(congested)),
             confidence=_conf(1.0 + (BW_DEGRADED - ratio) / BW_DEGRADED * 2), peers=all_ranks,
             culprits=[], evidence=ev,
-            summary=(f"fabric congestion at {len(congested)} nodes ({', '.join(congested[:4])}): CNP / xmit-wait "
-                     f"counters far above the other ports; inter-node collectives at {ratio:.0%} of link speed"),
+            summary=(f"fabric congestion at {len(congested)} nodes ({', '.join(congested[:4])}): {why}; "
+                     f"inter-node collectives at {ratio:.0%} of link speed"),
         ))
         return out
     if np.isfinite(ratio) and ratio < BW_CONFIG and not hw and not congested:
@@ -402,6 +511,40 @@ def _collective_exposure(p: Patterns, coll: CollectiveStats) -> dict[str, int]:
     wait = coll.wait_per_step[np.isfinite(coll.wait_per_step)] if coll.wait_per_step.size else np.zeros(0)
     return {"exposed": int(round(float(np.median(exposed[ok])))) if ok.any() else 0,
             "waiting": int(round(float(np.median(wait)))) if wait.size else 0}
+
+
+def _marked_rails(counters: CounterSummary, ports: PortMap, window_s: float,
+                  transfer_duty: float) -> dict[str, dict[str, Any]]:
+    """Nodes with a rail whose CNPs are above their expected range (evidence: that node's worst rail).
+
+    Judged per rail port, on its own traffic: the CNPs of the window against the packets
+    it received (half its bytes: a ring or tree collective receives on a rail what it sends
+    on it), counted at :data:`ROCE_MTU_MIN_B`, above :data:`CNP_PER_PACKET_MAX`; and at
+    least :data:`CNP_PER_TRANSFER_S_MIN` CNPs per second of the window's inter-node transfers
+    (``transfer_duty``: their share of a step). Rails without a CNP counter say nothing.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    if not (np.isfinite(window_s) and window_s > 0 and np.isfinite(transfer_duty) and transfer_duty > 0):
+        return out
+    for port in sorted(ports.rails, key=lambda q: (q.node, q.nic)):
+        m = counters.nic.get((port.node, port.nic), {})
+        cnp = m.get("cnp_sent_inc", np.nan)
+        tput = m.get("throughput_Bps", np.nan)
+        if cnp is None or tput is None or not (np.isfinite(cnp) and np.isfinite(tput)) or cnp <= 0:
+            continue
+        packets = max(0.5 * tput * window_s / ROCE_MTU_MIN_B, 1.0)
+        share = float(cnp) / packets
+        per_transfer_s = float(cnp) / (window_s * min(transfer_duty, 1.0))
+        if share <= CNP_PER_PACKET_MAX or per_transfer_s < CNP_PER_TRANSFER_S_MIN:
+            continue
+        if port.node not in out or share > out[port.node]["cnp_per_received_packet"]:
+            xw = m.get("xmit_wait_inc", np.nan)
+            out[port.node] = {"nic": port.nic, "cnp_per_s": round(float(cnp) / window_s, 2),
+                              "cnp_per_received_packet": round(share, 6),
+                              "cnp_per_transfer_s": round(per_transfer_s, 1),
+                              "xmit_wait_per_s": round(float(xw) / window_s, 2)
+                              if xw is not None and np.isfinite(xw) else float("nan")}
+    return out
 
 
 def _nodes_without_congestion_counters(counters: CounterSummary, ports: PortMap) -> list[str]:

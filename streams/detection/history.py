@@ -17,9 +17,9 @@ class PauseRecord(msgspec.Struct, array_like=True):
 
     fn: str
     rank: int
-    excl_ns: float      # summed exclusive time of its calls
-    calls: int
-    median_ns: float    # typical call
+    excl_ns: float      # summed exclusive time of its calls (an every-step function's: the part above its usual level)
+    calls: int          # (an every-step function's: its calls that long)
+    median_ns: float    # typical call (an every-step function's: its longest call less its usual one)
 
 
 class PauseWindow(msgspec.Struct):

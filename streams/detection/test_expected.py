@@ -8,7 +8,8 @@ from eroica.models.columns import OP_CODE
 
 from .collectives import CollectiveStats, GroupStats
 from .counters import CounterSummary
-from .expected import BW_CONFIG, LOADER_BETA, PYTHON_BETA, expected_findings, pause_findings
+from .expected import (BW_CONFIG, BW_DEGRADED, CNP_PER_PACKET_MAX, LOADER_BETA, PAUSES_FN, PYTHON_BETA,
+                       ROCE_MTU_MIN_B, expected_findings, pause_findings)
 from .layout import Layout
 from .patterns import K_KERNEL, K_LOADER, K_PYTHON, Patterns
 
@@ -98,8 +99,9 @@ def gc(ms_by_rank: dict[int, float], n: int = N) -> Patterns:
 
 def test_long_pauses_on_varying_ranks_stall_the_job():
     out, now = pause_findings(gc({0: 300, 2: 300, 5: 300}), STEP_NS)
-    assert [(f.component, f.scope, f.fn) for f in out] == [("python", "job", "f1")]
-    assert out[0].evidence["f1"]["ranks_pausing"] == 3 and out[0].culprits == []
+    assert [(f.component, f.scope, f.fn) for f in out] == [("python", "job", PAUSES_FN)]
+    ev = out[0].evidence[PAUSES_FN]
+    assert ev["ranks_pausing"] == 3 and ev["functions"] == {"f1": 1.0} and out[0].culprits == []
     assert {r.rank for r in now.records} == {0, 2, 5}
 
 
@@ -116,7 +118,7 @@ def test_pauses_add_up_over_the_recent_windows():
     _, w2 = pause_findings(gc({3: 500}), STEP_NS)
     assert pause_findings(gc({0: 500, 2: 500}), STEP_NS)[0] == []
     out, _ = pause_findings(gc({0: 500, 2: 500}), STEP_NS, [w1, w2])
-    assert [f.fn for f in out] == ["f1"] and out[0].evidence["f1"]["ranks_pausing"] == 4
+    assert [f.fn for f in out] == [PAUSES_FN] and out[0].evidence[PAUSES_FN]["ranks_pausing"] == 4
 
 
 def test_a_pause_share_is_of_the_time_the_job_took_never_over_all_of_it():
@@ -144,3 +146,90 @@ def test_a_slow_host_frame_reports_its_duration_ratio_not_its_critical_path_rati
     assert (f.rank, f.component, f.slowdown) == (3, "python", 5.0)
     assert "run 5.00x longer than on 7 peers (1000 ms vs 200 ms per step; 600 ms vs 5.0 ms" in f.summary
     assert f.evidence["duration_ns_per_step"]["ratio"] == 5.0 and f.evidence["f1"]["ratio"] == 120.0
+
+
+def every_step(pauses: dict[tuple[int, int], float], enclosing_ms: float = 0.0, steps: int = 10,
+               gaps: dict[int, float] | None = None) -> Patterns:
+    """A kernel, three host functions that run once every step (0.2 ms each), and a frame that encloses GPU
+    work (f4: 400 ms a call, 1 ms of it its own); ``pauses``: (rank, function 1-3) -> one call ``ms`` longer,
+    in the function's own time (the interpreter stopped inside it); ``enclosing_ms``: one call of f4 that long
+    more on every rank, spent waiting in the GPU work it encloses; ``gaps``: rank -> one call of f4 ``ms`` longer
+    in its own time (a gap between the work it encloses: a stall the tracer did not see)."""
+    m = np.zeros((N, 5))
+    m[:, 0] = 500 * MS
+    m[:, 1:4] = 0.2 * MS
+    m[:, 4] = 1 * MS
+    p = patterns(m, [K_KERNEL, K_PYTHON, K_PYTHON, K_PYTHON, K_PYTHON], steps=steps)
+    for name in ("total_ns", "excl_ns", "median_ns", "p90_ns", "p99_ns", "per_step_ns", "low_ns"):
+        setattr(p, name, getattr(p, name).copy())   # patterns() shares one matrix among them
+    p.total_ns[:, 4] = 400 * MS * steps + enclosing_ms * MS
+    p.median_ns[:, 4] = p.p90_ns[:, 4] = 400 * MS
+    p.p99_ns[:, 4] = (400 + enclosing_ms) * MS
+    p.median_ns[:, 1:4] = p.p90_ns[:, 1:4] = p.p99_ns[:, 1:4] = 0.2 * MS
+    for r, ms in (gaps or {}).items():
+        p.excl_ns[r, 4] += ms * MS
+        p.total_ns[r, 4] += ms * MS
+        p.p99_ns[r, 4] += ms * MS
+    for (r, f), ms in pauses.items():
+        p.excl_ns[r, f] += ms * MS
+        p.total_ns[r, f] += ms * MS
+        p.p99_ns[r, f] = (0.2 + ms) * MS
+    return p
+
+
+def test_pauses_inside_every_step_functions_on_varying_ranks_are_one_job_finding():
+    # the collector stops whichever function runs: ranks 0 and 3 in f1, 2 and 6 in f2, 5 and 7 in f3
+    # (600 ms each of a 10 s window); a per-function test sees two ranks each, the pooled one six
+    out, now = pause_findings(every_step({(0, 1): 600, (3, 1): 600, (2, 2): 600, (6, 2): 600,
+                                          (5, 3): 600, (7, 3): 600}), STEP_NS)
+    assert [(f.component, f.scope, f.fn) for f in out] == [("python", "job", PAUSES_FN)]
+    ev = out[0].evidence[PAUSES_FN]
+    assert ev["ranks_pausing"] == 6 and set(ev["functions"]) == {"f1", "f2", "f3"}
+    assert abs(ev["median_pause_ns"] - 600 * MS) < 1 * MS
+    assert {(r.rank, r.fn) for r in now.records} == {(0, "f1"), (3, "f1"), (2, "f2"), (6, "f2"), (5, "f3"), (7, "f3")}
+    # ... and over windows, wherever they land, the finding keeps its function (its streak)
+    _, w1 = pause_findings(every_step({(1, 1): 600, (4, 2): 600}), STEP_NS)
+    _, w2 = pause_findings(every_step({(3, 2): 600, (2, 3): 600}), STEP_NS)
+    out, _ = pause_findings(every_step({(0, 3): 600, (6, 1): 600}), STEP_NS, [w1, w2])
+    assert [f.fn for f in out] == [PAUSES_FN] and out[0].evidence[PAUSES_FN]["ranks_pausing"] == 6
+
+
+def test_long_calls_that_wait_for_gpu_work_or_sit_on_one_rank_or_are_short_are_not_pauses():
+    # a frame enclosing GPU work, 300 ms longer once on every rank: its own time did not grow
+    out, now = pause_findings(every_step({}, enclosing_ms=300), STEP_NS)
+    assert out == [] and now.records == []
+    # ... nor do the gaps of such a frame, long on every rank now and then (a job-wide loader stall, a
+    # neighbour's contention: whatever the tracer does not record lands between the frame's children)
+    out, now = pause_findings(every_step({}, gaps={r: 300 for r in range(N)}), STEP_NS)
+    assert out == [] and now.records == []
+    # one rank pausing in every function: that rank's problem (the peer test's)
+    assert pause_findings(every_step({(0, 1): 600, (0, 2): 600, (0, 3): 600}), STEP_NS)[0] == []
+    # calls 20 ms longer (2% of a step): jitter, not pauses
+    assert pause_findings(every_step({(r, 1 + r % 3): 20 for r in range(N)}), STEP_NS)[0] == []
+
+
+def congested_rails(cnp_per_s: float, window_s: float = 10.0) -> CounterSummary:
+    c = rails()
+    for m in c.nic.values():
+        m["cnp_sent_inc"] = cnp_per_s * window_s
+        m["xmit_wait_inc"] = 1e6 * window_s if cnp_per_s > 1 else 0.0
+    return c
+
+
+def test_congestion_marks_on_every_node_are_the_fabric_without_a_quieter_port():
+    p = shares(0.5, 0.0, K_PYTHON)      # ten 1 s steps: a 10 s window
+    # 1 GB in 40 ms is 25 GB/s on 50 GB/s rails: half the wire, under BW_DEGRADED
+    assert 1e9 / 0.040 / 50e9 < BW_DEGRADED
+    # every rail of both nodes marks 10k CNPs a second: 0.4% of the packets it receives (5 GB/s, half of it
+    # received, counted at 1 KB), whatever the other ports do
+    share = 1e4 / (0.5 * 5e9 / ROCE_MTU_MIN_B)
+    assert share > CNP_PER_PACKET_MAX
+    out = expected_findings(p, LAYOUT, congested_rails(1e4), dp_rings(40.0), [], STEP_NS)
+    assert [(f.component, f.scope) for f in out] == [("network", "job")]
+    assert set(out[0].evidence["cnp_above_expected"]["nodes"]) == {"node-0", "node-1"}
+    # the same marks with collectives at 80% of the wire: the fabric keeps up, nothing to blame
+    assert expected_findings(p, LAYOUT, congested_rails(1e4), dp_rings(25.0), [], STEP_NS) == []
+    # a healthy fabric's few marks (0.03 or 30 a second) under slowed collectives: not congestion
+    for rate in (0.03, 30.0):
+        assert [f.component for f in expected_findings(p, LAYOUT, congested_rails(rate), dp_rings(40.0), [],
+                                                       STEP_NS)] == [], rate

@@ -51,3 +51,24 @@ def test_counter_evidence_or_a_link_culprit_keeps_the_fabric_finding() -> None:
     assert not _straggler_distorted(f, _paced_ranks([f, nic], None))  # a NIC is a link, not a straggler
     assert not _straggler_distorted(f, _paced_ranks([f], None))
     assert not _straggler_distorted(straggler(16), {16})  # only network findings are judged
+
+
+def test_one_ranks_odd_step_in_a_function_the_jobs_pauses_land_in_is_one_of_those_pauses() -> None:
+    from eroica.streams.detection.detector import _drop_explained
+    from eroica.streams.detection.expected import PAUSES_FN
+    from eroica.streams.detection.patterns import K_PYTHON
+    from eroica.streams.detection.test_expected import patterns
+
+    p = patterns(np.full((8, 2), 1e6), [K_PYTHON, K_PYTHON])
+    pauses = Finding(kind="slow", component="python", scope="job", fn=PAUSES_FN, evidence={PAUSES_FN: {
+        "ranks_pausing": 6, "functions": {"Trainer.prepare_batch": 0.6, "LRScheduler.step": 0.4}}})
+
+    def rank(fn: str, steady: bool) -> Finding:
+        return Finding(kind="slow", component="python", scope="rank", rank=3, fn=fn, culprits=[3], steady=steady)
+
+    kept = _drop_explained([pauses, rank("Trainer.prepare_batch", False)], p)
+    assert kept == [pauses]
+    # a rank slower in every step (steady), or in another function, is a finding of its own
+    for other in (rank("Trainer.prepare_batch", True), rank("Model.compile", False)):
+        assert _drop_explained([pauses, other], p) == [pauses, other]
+    assert _drop_explained([rank("Trainer.prepare_batch", False)], p) == [rank("Trainer.prepare_batch", False)]
