@@ -370,12 +370,12 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
     all_ranks = [int(r) for r in p.ranks]
     ports = classify(counters)
     ratio, names = inter_node_bandwidth_ratio(coll, counters, layout, ports)
-    relative = {a.node for a in anomalies if a.kind == "congested"}
+    duty = (_transfer_ns(coll, set(names)) / max(float(np.nanmedian(p.step_time_ns)), 1.0)
+            if names and p.step_time_ns.size else float("nan"))
+    relative = {a.node for a in anomalies if a.kind == "congested" and _material_marks(a, counters, p.window_ns / 1e9, duty)}
     # Marks above their expected range (CNP_PER_PACKET_MAX) on the rails, whether or not
     # other ports read lower: the only way a fabric congested under every node shows.
-    marked = _marked_rails(counters, ports, p.window_ns / 1e9,
-                           _transfer_ns(coll, set(names)) / max(float(np.nanmedian(p.step_time_ns)), 1.0)
-                           if names and p.step_time_ns.size else float("nan"))
+    marked = _marked_rails(counters, ports, p.window_ns / 1e9, duty)
     congested = sorted(relative | set(marked))
     hw = [a for a in anomalies if a.kind in ("degraded", "flaky")]
     cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout))
@@ -545,6 +545,24 @@ def _marked_rails(counters: CounterSummary, ports: PortMap, window_s: float,
                               "xmit_wait_per_s": round(float(xw) / window_s, 2)
                               if xw is not None and np.isfinite(xw) else float("nan")}
     return out
+
+
+def _material_marks(a: NicAnomaly, counters: CounterSummary, window_s: float, transfer_duty: float) -> bool:
+    """A rail marked far above the quieter ports (links.nic_anomalies) whose CNPs could slow a collective.
+
+    Far above the others is not enough: 0.03 CNP/s beside 0 on the other ports is 4x them and
+    nothing to the flows. Fewer than :data:`CNP_PER_TRANSFER_S_MIN` CNPs per second of
+    inter-node transfer leave DCQCN's senders at line rate most of the time, so they cannot be
+    why the collectives run slow (seen: NVLink unused, its rings slowed in the nodes, read as
+    fabric congestion on two nodes with a few stray marks). A rail without a CNP counter, or a
+    window whose transfer time is unknown, keeps the relative reading (xmit-wait has no
+    absolute scale: its unit is a vendor's tick).
+    """
+    cnp = counters.nic.get((a.node, a.nic), {}).get("cnp_sent_inc", np.nan)
+    if cnp is None or not np.isfinite(cnp) or not (np.isfinite(window_s) and window_s > 0
+                                                   and np.isfinite(transfer_duty) and transfer_duty > 0):
+        return True
+    return float(cnp) / (window_s * min(transfer_duty, 1.0)) >= CNP_PER_TRANSFER_S_MIN
 
 
 def _nodes_without_congestion_counters(counters: CounterSummary, ports: PortMap) -> list[str]:

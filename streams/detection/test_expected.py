@@ -233,3 +233,19 @@ def test_congestion_marks_on_every_node_are_the_fabric_without_a_quieter_port():
     for rate in (0.03, 30.0):
         assert [f.component for f in expected_findings(p, LAYOUT, congested_rails(rate), dp_rings(40.0), [],
                                                        STEP_NS)] == [], rate
+
+
+def test_a_few_stray_marks_far_above_quieter_ports_are_not_congestion():
+    # "Far above the others" alone: 0.03 CNP/s beside 0 on the other rails is no reason for slow
+    # collectives (NVLink unused slowed these rings in the nodes); 5,000 CNPs a transfer-second are.
+    from .expected import CNP_PER_TRANSFER_S_MIN, _material_marks
+    from .links import NicAnomaly
+    a = NicAnomaly("node-0", "mlx5_0", "congested", {}, 1.0)
+    window_s, duty = 10.0, 0.2                       # 2 s of inter-node transfer in the window
+    c = CounterSummary(nic={("node-0", "mlx5_0"): {"cnp_sent_inc": 0.3}})
+    assert not _material_marks(a, c, window_s, duty)
+    c.nic[("node-0", "mlx5_0")]["cnp_sent_inc"] = 2 * CNP_PER_TRANSFER_S_MIN * 5
+    assert _material_marks(a, c, window_s, duty)
+    # no CNP counter (xmit-wait only: a vendor's tick, no absolute scale) or no transfer time: the relative reading stands
+    assert _material_marks(a, CounterSummary(nic={("node-0", "mlx5_0"): {"xmit_wait_inc": 1e6}}), window_s, duty)
+    assert _material_marks(a, c, window_s, float("nan"))
