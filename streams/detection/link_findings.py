@@ -156,7 +156,12 @@ def _nvlink_finding(s: SlowGroup, layout: Layout, counters: CounterSummary, p: P
                    confidence=confidence_of(s.ratio, s.z, s.excess_ns / max(_step(p), 1.0)),
                    peers=[int(r) for r in p.ranks if int(r) not in ranks],
                    culprits=[rank] if rank >= 0 else ranks, evidence=evidence,
-                   summary=_link_summary(s, f"{who} on {node} slow"))
+                   summary=_link_summary(s, f"{who} on {node} slow"),
+                   # On the family comparison alone (no GPU's counters below its ring-mates') one window
+                   # is no level: a ring's transfer estimate includes the wait for its last arriver, and
+                   # jittery compute (MoE layers) read one of four healthy TP groups 1.76x slow in a single
+                   # window. Such a finding alarms once it persists (detector._stabilise).
+                   steady=low is not None)
 
 
 def nvlink_counter_findings(layout: Layout, counters: CounterSummary, coll: CollectiveStats, step_ns: float,

@@ -382,3 +382,22 @@ def test_a_rail_that_stopped_reporting_its_speed_is_still_a_rail():
     assert pm.ports[("node-3", "mlx5_4")].cls == RAIL
     assert pm.ports[("node-3", "docker0")].cls == VIRTUAL and pm.ports[("node-3", "lo")].cls == VIRTUAL
     assert [(a.node, a.nic, a.kind) for a in nic_anomalies(c, pm)] == [("node-3", "mlx5_4", "flaky")]
+
+
+def test_a_slow_ring_alone_must_persist_its_counters_confirm_at_once():
+    # One TP group of four slower than its family: from the comparison alone it is no level
+    # until it persists (jitter in who arrives last moves one window's transfer estimate);
+    # with one GPU's NVLink counters below its ring-mates' it is that GPU's links, steady.
+    from .link_findings import _nvlink_finding
+    from .links import slow_groups
+    from .test_expected import patterns
+    from .patterns import K_KERNEL
+    layout, c, coll = _tp_node(4, bad=5)
+    p = patterns(np.full((32, 1), 1e8), [K_KERNEL])
+    [s] = [s for s in slow_groups(coll, 1e9) if s.group.intra_node]
+    f = _nvlink_finding(s, layout, c, p)
+    assert (f.scope, f.rank, f.steady) == ("rank", 5, True)
+    for m in c.gpu.values():                       # counters that cannot tell the GPU apart
+        m.update(nvlink_tx_Bps=1e11, nvlink_rx_Bps=1e11)
+    f = _nvlink_finding(s, layout, c, p)
+    assert (f.scope, f.node, f.steady) == ("node", "node-0", False)
