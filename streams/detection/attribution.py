@@ -77,6 +77,18 @@ def _ceiling(m: dict[str, float] | None) -> tuple[float, ...]:
                  for k in CLASS_KEYS)
 
 
+def _values(m: dict[str, float], keys: tuple[str, ...]) -> tuple[float, ...]:
+    return tuple(float(m.get(k, np.nan)) for k in keys)
+
+
+def _agree(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """Every value both sides report agrees within CLASS_TOLERANCE; unknown ones do not separate."""
+    for x, y in zip(a, b):
+        if np.isfinite(x) and np.isfinite(y) and abs(x - y) > CLASS_TOLERANCE * max(abs(x), abs(y)):
+            return False
+    return True
+
+
 _IMMUTABLE_KEYS = ("max_sm_clock_mhz", "mem_total_bytes")  # fixed by the SKU: no setting moves them
 
 
@@ -106,16 +118,12 @@ def with_model_power_limits(counters: CounterSummary, rank_node: dict[int, str])
         model = own
         mates = by_node.get(rank_node.get(r, ""), [])
         if _finite(own) and len(mates) > 1:
-            imm = tuple(float(m.get(k, np.nan)) for k in _IMMUTABLE_KEYS)
+            imm = _values(m, _IMMUTABLE_KEYS)
             limits = [own]
             for q in mates:
                 mq = counters.gpu[q]
                 lq = float(mq.get("power_limit_w", np.nan))
-                if q == r or not _finite(lq):
-                    continue
-                same = all(not (np.isfinite(x) and np.isfinite(y)) or abs(x - y) <= CLASS_TOLERANCE * max(abs(x), abs(y))
-                           for x, y in zip(imm, (float(mq.get(k, np.nan)) for k in _IMMUTABLE_KEYS)))
-                if same:
+                if q != r and _finite(lq) and _agree(imm, _values(mq, _IMMUTABLE_KEYS)):
                     limits.append(lq)
             model = max(limits)
         gpu[r] = {**m, "model_power_limit_w": model} if _finite(model) else m
@@ -132,10 +140,7 @@ def power_capped(m: dict[str, float] | None) -> bool:
 
 def same_class(a: dict[str, float] | None, b: dict[str, float] | None) -> bool:
     """Every ceiling both GPUs report agrees (within CLASS_TOLERANCE); unknown ones do not separate."""
-    for x, y in zip(_ceiling(a), _ceiling(b)):
-        if np.isfinite(x) and np.isfinite(y) and abs(x - y) > CLASS_TOLERANCE * max(abs(x), abs(y)):
-            return False
-    return True
+    return _agree(_ceiling(a), _ceiling(b))
 
 
 def class_peers(counters: CounterSummary, rank: int, peers: list[int]) -> list[int]:

@@ -300,12 +300,22 @@ def link_capacity_Bps(counters: CounterSummary, ports: PortMap | None = None,
     """
     ports = ports if ports is not None else classify(counters)
     if ranks_per_node:
-        caps = [ports.node_capacity_gbps(n) / k for n, k in ranks_per_node.items() if k > 0]
-        caps = [c for c in caps if np.isfinite(c) and c > 0]
-        if caps:
-            return float(np.median(caps)) * 1e9 / 8
+        share = _rank_share_Bps({n: ports.node_capacity_gbps(n) for n in ranks_per_node}, ranks_per_node)
+        if np.isfinite(share):
+            return share
     speeds = [p.link_gbps for p in ports.rails if np.isfinite(p.link_gbps) and p.link_gbps > 0]
     return float(np.median(speeds)) * 1e9 / 8 if speeds else float("nan")
+
+
+def _rank_share_Bps(node_gbps: dict[str, float], ranks_per_node: dict[str, int]) -> float:
+    """A rank's share of its node's link capacity (bytes/s), the median over nodes; NaN when none is known.
+
+    The ranks of a node that take part in inter-node collectives run them
+    concurrently, so they split the node's links.
+    """
+    caps = [node_gbps[n] / k for n, k in ranks_per_node.items() if k > 0 and n in node_gbps]
+    caps = [c for c in caps if np.isfinite(c) and c > 0]
+    return float(np.median(caps)) * 1e9 / 8 if caps else float("nan")
 
 
 _BUS_FACTOR_OPS = {OP_CODE["all_reduce"]: 2.0, OP_CODE["all_gather"]: 1.0, OP_CODE["reduce_scatter"]: 1.0}
@@ -474,8 +484,7 @@ def _bypassed_path(ports: PortMap, counters: CounterSummary, coll: CollectiveSta
     fast = bypassed_ports(ports, counters)
     if not per_node or 2 * sum(1 for n in per_node if n in fast) <= len(per_node):
         return None
-    caps = [sum(p.link_gbps for p in fast[n]) / k for n, k in per_node.items() if n in fast and k > 0]
-    cap_Bps = float(np.median(caps)) * 1e9 / 8
+    cap_Bps = _rank_share_Bps({n: sum(p.link_gbps for p in ps) for n, ps in fast.items()}, per_node)
     idle = sorted({p.nic for ps in fast.values() for p in ps})
     return {"share_of_link": round(bus_Bps / cap_Bps, 4), "capacity_Bps_per_rank": cap_Bps,
             "carrying": sorted({p.nic for p in ports.rails}), "idle": idle,
@@ -524,17 +533,15 @@ def _marked_rails(counters: CounterSummary, ports: PortMap, window_s: float,
     (``transfer_duty``: their share of a step). Rails without a CNP counter say nothing.
     """
     out: dict[str, dict[str, Any]] = {}
-    if not (np.isfinite(window_s) and window_s > 0 and np.isfinite(transfer_duty) and transfer_duty > 0):
-        return out
     for port in sorted(ports.rails, key=lambda q: (q.node, q.nic)):
         m = counters.nic.get((port.node, port.nic), {})
         cnp = m.get("cnp_sent_inc", np.nan)
         tput = m.get("throughput_Bps", np.nan)
-        if cnp is None or tput is None or not (np.isfinite(cnp) and np.isfinite(tput)) or cnp <= 0:
+        per_transfer_s = _cnp_per_transfer_s(cnp, window_s, transfer_duty)
+        if tput is None or not np.isfinite(tput) or not np.isfinite(per_transfer_s) or cnp <= 0:
             continue
         packets = max(0.5 * tput * window_s / ROCE_MTU_MIN_B, 1.0)
         share = float(cnp) / packets
-        per_transfer_s = float(cnp) / (window_s * min(transfer_duty, 1.0))
         if share <= CNP_PER_PACKET_MAX or per_transfer_s < CNP_PER_TRANSFER_S_MIN:
             continue
         if port.node not in out or share > out[port.node]["cnp_per_received_packet"]:
@@ -558,11 +565,17 @@ def _material_marks(a: NicAnomaly, counters: CounterSummary, window_s: float, tr
     window whose transfer time is unknown, keeps the relative reading (xmit-wait has no
     absolute scale: its unit is a vendor's tick).
     """
-    cnp = counters.nic.get((a.node, a.nic), {}).get("cnp_sent_inc", np.nan)
-    if cnp is None or not np.isfinite(cnp) or not (np.isfinite(window_s) and window_s > 0
-                                                   and np.isfinite(transfer_duty) and transfer_duty > 0):
-        return True
-    return float(cnp) / (window_s * min(transfer_duty, 1.0)) >= CNP_PER_TRANSFER_S_MIN
+    rate = _cnp_per_transfer_s(counters.nic.get((a.node, a.nic), {}).get("cnp_sent_inc"), window_s, transfer_duty)
+    return not np.isfinite(rate) or rate >= CNP_PER_TRANSFER_S_MIN
+
+
+def _cnp_per_transfer_s(cnp: float | None, window_s: float, transfer_duty: float) -> float:
+    """A rail's CNPs per second of the window's inter-node transfers (``transfer_duty``: their share of
+    a step, at most all of it); NaN without a CNP count or a transfer time."""
+    if (cnp is None or not np.isfinite(cnp) or not (np.isfinite(window_s) and window_s > 0)
+            or not (np.isfinite(transfer_duty) and transfer_duty > 0)):
+        return float("nan")
+    return float(cnp) / (window_s * min(transfer_duty, 1.0))
 
 
 def _nodes_without_congestion_counters(counters: CounterSummary, ports: PortMap) -> list[str]:

@@ -224,13 +224,18 @@ def bypassed_ports(ports: PortMap, counters: CounterSummary) -> dict[str, list[P
     port's speed then finds nothing wrong: what is wrong is the path. A port
     whose link went down or flapped is not a path the job could have taken.
     """
+    # The ports that carry nothing, by node: one pass over the map, not one per node (a fleet's
+    # ports number in the thousands, and every window asks).
+    spare: dict[str, list[Port]] = {}
+    for p in ports.ports.values():
+        if p.cls in (FRONTEND, IDLE) and np.isfinite(p.link_gbps):
+            spare.setdefault(p.node, []).append(p)
     out: dict[str, list[Port]] = {}
     for node, rails in ports._rails_indexed()[2].items():
         speeds = [p.link_gbps for p in rails if np.isfinite(p.link_gbps) and p.link_gbps > 0]
         if not speeds:
             continue
-        fast = [p for p in ports.ports.values() if p.node == node and p.cls in (FRONTEND, IDLE)
-                and np.isfinite(p.link_gbps) and p.link_gbps >= FASTER_GRADE * max(speeds)
+        fast = [p for p in spare.get(node, []) if p.link_gbps >= FASTER_GRADE * max(speeds)
                 and not link_trouble(counters.nic.get((node, p.nic), {}))]
         if fast:
             out[node] = fast
