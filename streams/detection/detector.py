@@ -39,7 +39,7 @@ from .layout import Layout, infer_layout
 from .link_findings import link_findings
 from .links import nic_anomalies
 from .patterns import K_KERNEL, K_MEMCPY, Patterns, build_patterns
-from .peers import Cell, abnormal_cells, category_of, role_ratio
+from .peers import Cell, abnormal_cells, category_of, node_cells, role_ratio
 from .robust import robust_z
 from .summarise import digest_window
 from .windows import JobWindow
@@ -347,8 +347,13 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
     for s, members in gpu_roles.items():
         gpu_role_of[members] = s
     by_slot: dict[int, list[Cell]] = defaultdict(list)
-    for c in abnormal_cells(p, gpu_roles, kernels=True) + abnormal_cells(p, roles, kernels=False):
-        by_slot[c.slot].append(c)
+    seen: set[tuple[int, int]] = set()
+    for c in (abnormal_cells(p, gpu_roles, kernels=True) + abnormal_cells(p, roles, kernels=False)
+              + node_cells(p, gpu_roles, layout.rank_node, kernels=True)
+              + node_cells(p, roles, layout.rank_node, kernels=False)):
+        if (c.slot, c.fn) not in seen:  # the plain peer test's cell first, where both see one
+            seen.add((c.slot, c.fn))
+            by_slot[c.slot].append(c)
     waits = coll.wait_per_step
     typical_wait = float(np.median(waits)) if waits.size else 0.0
     per_rank: list[Finding] = []
@@ -368,6 +373,9 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         rank = int(p.ranks[slot])
         node = layout.rank_node.get(rank, "")
         members = gpu_roles[int(gpu_role_of[slot])] if cat == "kernel" else roles[int(role_of[slot])]
+        if any(c.other_nodes for c in mine):  # its peers are the role's ranks on other nodes (peers.node_cells)
+            members = np.array([m for m in members if m == slot or layout.rank_node.get(int(p.ranks[m])) != node],
+                               dtype=members.dtype)
         peers = [int(p.ranks[m]) for m in members if m != slot]
         top = max(mine, key=lambda c: c.excess)
         # peers that spend ~nothing in these functions: the same 0.1%-of-a-step floor as the peer test

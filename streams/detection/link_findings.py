@@ -19,7 +19,8 @@ from .counters import CounterSummary
 from .expected import MIN_COLL_BYTES, nvlink_Bps
 from .findings import Finding, confidence_of
 from .layout import Layout
-from .links import MIN_MATERIAL, NicAnomaly, SlowGroup, family_ratios, group_through, slow_groups
+from .links import (MIN_MATERIAL, NicAnomaly, SlowGroup, family_ratios, group_through, secondary_anomalies,
+                    slow_groups)
 from .patterns import Patterns
 from .robust import leave_one_out_median, robust_z
 
@@ -71,6 +72,30 @@ def link_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
                 out.append(_nic_finding(node, None, _slowest_through(inter, node, layout) or best, layout, p, coll))
             else:
                 out.append(_network_finding(sorted(nodes_in_slow), best, layout, p, anomalies, inter))
+    return out + _pair_findings(p, layout, counters, coll, step_ns, anomalies, {f.node for f in out if f.component == "nic"})
+
+
+def _pair_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats, step_ns: float,
+                   anomalies: list[NicAnomaly], named: set[str]) -> list[Finding]:
+    """A port with errors or a lowered speed on a node whose pipeline send / recv pair is slower than its siblings.
+
+    The collectives' test cannot see a port that carries only send / recv (the NIC
+    of a GPU whose rings stay on NVLink). A pair much slower than the other pairs
+    over the same stage boundary, through a node with such a port anomaly, is that
+    port: both are needed, so neither a straggler's slow pair (no port anomaly)
+    nor a noisy port under healthy transfers is named. ``named``: nodes already blamed.
+    """
+    slow = slow_groups(coll, step_ns, layout.rank_stage, pairs=True)
+    if not slow:
+        return []
+    hw = [a for a in anomalies if a.kind in ("degraded", "flaky")] + secondary_anomalies(counters)
+    out: list[Finding] = []
+    for node in sorted({a.node for a in hw} - named):
+        through = _slowest_through(slow, node, layout)
+        if through is None:
+            continue
+        a = max((a for a in hw if a.node == node), key=lambda a: (a.strength, a.nic))
+        out.append(_nic_finding(node, a, through, layout, p, coll))
     return out
 
 
@@ -105,6 +130,9 @@ def _pcie_link_finding(rank: int, s: SlowGroup, layout: Layout, counters: Counte
 
 
 def _link_summary(s: SlowGroup, what: str) -> str:
+    if s.group.p2p:
+        return (f"{what}; send / recv of pair {s.group.name} take {s.ratio:.2f}x as long as on "
+                f"{s.peer_groups} pairs over the same pipeline stages")
     return (f"{what}; collectives of group {s.group.name} move data {s.ratio:.2f}x slower than "
             f"{s.peer_groups} groups of the same shape")
 
@@ -222,11 +250,14 @@ def _nic_finding(node: str, anomaly: NicAnomaly | None, s: SlowGroup, layout: La
         "transfer_ns_per_step": {"culprit": round(s.group.transfer_per_step), "ratio": round(s.ratio, 3)}}
     what = f"NIC on {node}"
     if anomaly is not None:
-        evidence.update({**anomaly.evidence, "nic": {"culprit": anomaly.nic, "anomaly": anomaly.kind, "class": "rail"}})
+        cls = anomaly.evidence.get("nic", {}).get("class", "rail")
+        evidence.update({**anomaly.evidence, "nic": {"culprit": anomaly.nic, "anomaly": anomaly.kind, "class": cls}})
         what = f"NIC {anomaly.nic} on {node} {'link degraded' if anomaly.kind == 'degraded' else 'flaky (errors)'}"
     conf = confidence_of(s.ratio, s.z, s.excess_ns / max(_step(p), 1.0))
     # The same communicator names the culprit whichever test finds it (expected.py too): one incident.
-    fn = group_through(coll, set(ranks), layout.rank_stage) or s.group.name
+    # A port seen only through a send / recv pair (_pair_findings) is named by that pair: the
+    # collectives through its node are not slow, and the likeliest of equals would change per window.
+    fn = s.group.name if s.group.p2p else (group_through(coll, set(ranks), layout.rank_stage) or s.group.name)
     return Finding(kind="slow", component="nic", scope="node", node=node, fn=fn,
                    slowdown=round(s.ratio, 4), score=round(s.z, 3),
                    confidence=conf if anomaly is not None else round(conf * 0.7, 3),

@@ -20,7 +20,7 @@ import numpy as np
 
 from .collectives import CollectiveStats, GroupStats
 from .counters import NIC_CONGESTION, NIC_ERRORS, CounterSummary
-from .ports import PortMap, classify, link_trouble
+from .ports import PortMap, classify, link_trouble, secondary_ports
 from .robust import leave_one_out_median, robust_z
 
 MIN_GROUPS = 3            # the smallest family whose leave-one-out median ignores one odd group
@@ -70,6 +70,23 @@ def families(groups: list[GroupStats], rank_stage: dict[int, int] | None = None)
     return out
 
 
+def pair_families(groups: list[GroupStats], rank_stage: dict[int, int] | None = None) -> list[list[GroupStats]]:
+    """Pipeline send / recv pairs over the same stage boundary and span: one family each.
+
+    A pair's time holds the bubble of waiting for the other stage, but every
+    data-parallel replica runs the same schedule over the same boundary, so
+    its pairs wait alike and move the same activations: one pair much slower
+    than its siblings is its path (or one of its two ranks, which a straggler's
+    own counters would show). Used only to corroborate a port's error or speed
+    anomaly (:func:`.link_findings.link_findings`), never to blame a link alone.
+    """
+    fam: dict[tuple[bool, tuple[int, ...]], list[GroupStats]] = {}
+    for g in groups:
+        if g.p2p and g.ranks.size == 2:
+            fam.setdefault((g.intra_node, _stage_set(g, rank_stage or {})), []).append(g)
+    return list(fam.values())
+
+
 def _bytes_known(groups: list[GroupStats]) -> bool:
     bw = np.array([g.bandwidth for g in groups])
     return bool(np.isfinite(bw).all() and (bw > 0).all())
@@ -83,10 +100,13 @@ def _cost(groups: list[GroupStats]) -> np.ndarray:
 
 
 def family_ratios(stats: CollectiveStats, rank_stage: dict[int, int] | None = None,
-                  min_groups: int = MIN_GROUPS) -> list[tuple[GroupStats, float, float, int]]:
-    """(group, cost / leave-one-out median of its family, robust z, family size - 1) for every compared group."""
+                  min_groups: int = MIN_GROUPS, pairs: bool = False) -> list[tuple[GroupStats, float, float, int]]:
+    """(group, cost / leave-one-out median of its family, robust z, family size - 1) for every compared group.
+
+    ``pairs``: the send / recv pairs' families (:func:`pair_families`) instead of the collectives'.
+    """
     out = []
-    for groups in families(stats.groups, rank_stage):
+    for groups in (pair_families if pairs else families)(stats.groups, rank_stage):
         if len(groups) < min_groups:
             continue
         cost = _cost(groups)
@@ -101,9 +121,11 @@ def family_ratios(stats: CollectiveStats, rank_stage: dict[int, int] | None = No
     return out
 
 
-def slow_groups(stats: CollectiveStats, step_ns: float, rank_stage: dict[int, int] | None = None) -> list[SlowGroup]:
+def slow_groups(stats: CollectiveStats, step_ns: float, rank_stage: dict[int, int] | None = None,
+                pairs: bool = False) -> list[SlowGroup]:
+    """Communicators (``pairs``: send / recv pairs) slower than their family by the link test's bars."""
     out: list[SlowGroup] = []
-    for g, ratio, z, peers in family_ratios(stats, rank_stage):
+    for g, ratio, z, peers in family_ratios(stats, rank_stage, pairs=pairs):
         t = g.transfer_per_step
         excess = t - t / max(ratio, 1e-9)
         if ratio >= MIN_RATIO and z >= MIN_Z and excess >= MIN_MATERIAL * step_ns:
@@ -190,6 +212,51 @@ class _LeaveOneOut:
         return _sorted_quantile(s[:k] + s[k + 1:], 0.5)
 
 
+def _errors(m: dict[str, float]) -> float:
+    return float(np.nansum([m.get(f"{k}_inc", np.nan) for k in NIC_ERRORS]))
+
+
+def secondary_anomalies(counters: CounterSummary, ports: PortMap | None = None) -> list[NicAnomaly]:
+    """Errors or a lowered speed on rail-grade ports that do not carry the collectives (:func:`.ports.secondary_ports`).
+
+    Such a port (the NIC of a GPU whose ring stays on NVLink) may still carry the
+    job's pipeline send / recv. Its errors are judged like a rail's, against the
+    job's rails, and against the same port on the other nodes too, so that a port
+    every node counts errors on (a storage network's) stands out nowhere. Kept
+    apart from :func:`nic_anomalies`: a secondary port's errors say nothing about
+    the collectives, and only a slow send / recv pair through its node gives them
+    a cost (:func:`.link_findings.link_findings`).
+    """
+    ports = ports if ports is not None else classify(counters)
+    secondary = secondary_ports(ports)
+    if not secondary:
+        return []
+    rail_med = _fleet_median(np.array([_errors(counters.nic[(p.node, p.nic)]) for p in ports.rails]))
+    by_name: dict[str, list[float]] = {}
+    for p in secondary:
+        by_name.setdefault(p.nic, []).append(_errors(counters.nic[(p.node, p.nic)]))
+    out: list[NicAnomaly] = []
+    for p in sorted(secondary, key=lambda p: (p.node, p.nic)):
+        m = counters.nic[(p.node, p.nic)]
+        e = _errors(m)
+        mates = list(by_name[p.nic])
+        mates.remove(e)
+        same_med = _fleet_median(np.array(mates)) if mates else float("nan")
+        ref = max(v for v in (rail_med, same_med, 0.0) if np.isfinite(v))
+        speeds = [q.link_gbps for q in secondary if q.nic == p.nic and q.node != p.node and np.isfinite(q.link_gbps)]
+        if np.isfinite(p.link_gbps) and speeds and p.link_gbps < LINK_SPEED_LOW * float(np.median(speeds)):
+            ev_speed: dict[str, Any] = {"nic": {"culprit": p.nic, "class": p.cls},
+                                        "link_gbps": {"culprit": p.link_gbps, "same_port_median": float(np.median(speeds))}}
+            out.append(NicAnomaly(p.node, p.nic, "degraded", ev_speed, 2.0 - p.link_gbps / float(np.median(speeds))))
+        elif e > max(ERROR_FLOOR, ERROR_FACTOR * ref) or link_trouble(m):
+            ev: dict[str, Any] = {"nic": {"culprit": p.nic, "class": p.cls},
+                                  "errors_increase": {"culprit": e, "rails_median": rail_med, "same_port_median": same_med}}
+            ev.update({f"{k}_increase": {"culprit": m.get(f"{k}_inc")} for k in NIC_ERRORS
+                       if np.isfinite(m.get(f"{k}_inc", np.nan)) and m.get(f"{k}_inc", 0) > 0})
+            out.append(NicAnomaly(p.node, p.nic, "flaky", ev, 1.0 + float(np.log1p(e))))
+    return out
+
+
 def nic_anomalies(counters: CounterSummary, ports: PortMap | None = None) -> list[NicAnomaly]:
     """Rail ports that differ from comparable rails: lowered speed, errors, congestion.
 
@@ -206,7 +273,7 @@ def nic_anomalies(counters: CounterSummary, ports: PortMap | None = None) -> lis
     if not rails:
         return []
     ms = [counters.nic[(p.node, p.nic)] for p in rails]
-    errors = np.array([float(np.nansum([m.get(f"{k}_inc", np.nan) for k in NIC_ERRORS])) for m in ms])
+    errors = np.array([_errors(m) for m in ms])
     err_med = _fleet_median(errors)
     err_limit = max(ERROR_FLOOR, ERROR_FACTOR * (err_med if np.isfinite(err_med) else 0.0))
     cong = {k: np.array([m.get(f"{k}_inc", np.nan) for m in ms]) for k in NIC_CONGESTION}

@@ -41,6 +41,8 @@ _LEVEL_OF_KIND_16 = _LEVEL_OF_KIND.astype(np.int16)
 # collectives (python, optimizer) are judged by their exclusive time instead,
 # so that time spent waiting inside them is not read as slowness.
 _OWN_DURATION_KINDS = (K_KERNEL, K_MEMCPY, K_LOADER, K_IO, K_COLL)
+# Functions that wait on a producer's queue (data loading, file reads): their cost comes in stalls.
+_STALL_KINDS = (K_LOADER, K_IO)
 # 5% (nearest rank: the 3rd-best of 40 steps): robust to a couple of odd fast
 # steps, yet below a regression that started a few steps into the window.
 LOW_Q = 0.05
@@ -535,6 +537,13 @@ def build_patterns(d: WindowDigest) -> Patterns:
     own = np.isin(kinds, _OWN_DURATION_KINDS)[None, :]
     mean_cost = np.where(own, total, excl) / np.maximum(steps, 1)[:, None]
     per_step = np.where(sporadic & np.isfinite(per_step), mean_cost, per_step)
+    # A data loader stalls a step only when its prefetch queue has run dry: slow production
+    # (a degraded mount, a starved worker) shows as intermittent long waits on whichever
+    # rank's queue emptied first, not as a slower median step (an independent generator's
+    # slow storage: 98-567 ms stalls on one rank of a node per window, each rank's median
+    # untouched). What such a function costs a step is its mean, so it is never judged below it.
+    stalls = np.isin(kinds, _STALL_KINDS)[None, :]
+    per_step = np.where(stalls & np.isfinite(per_step) & np.isfinite(mean_cost), np.fmax(per_step, mean_cost), per_step)
     window_ns = d.end_ns - d.start_ns
     return Patterns(
         ranks=ranks, fn_names=[k[0] for k in keys], fn_stacks=[k[1] for k in keys], fn_kinds=kinds,

@@ -49,6 +49,12 @@ class Cell:
     z: float
     excess: float   # ns per step
     n_peers: int
+    other_nodes: bool = False  # judged against its role's ranks on other nodes only (:func:`node_cells`)
+
+
+def _tested(p: Patterns, f: int, kernels: bool | None) -> bool:
+    """Whether function ``f`` takes the peer test (never collectives; kernels or the rest when asked)."""
+    return not (p.fn_kinds[f] == K_COLL or (kernels is not None and (p.fn_kinds[f] == K_KERNEL) != kernels))
 
 
 def abnormal_cells(p: Patterns, roles: dict[int, np.ndarray], kernels: bool | None = None) -> list[Cell]:
@@ -62,7 +68,7 @@ def abnormal_cells(p: Patterns, roles: dict[int, np.ndarray], kernels: bool | No
         if members.size < MIN_PEERS:
             continue
         for f in range(metric.shape[1]):
-            if p.fn_kinds[f] == K_COLL or (kernels is not None and (p.fn_kinds[f] == K_KERNEL) != kernels):
+            if not _tested(p, f, kernels):
                 continue
             col = metric[members, f]
             ok = np.isfinite(col)
@@ -79,6 +85,50 @@ def abnormal_cells(p: Patterns, roles: dict[int, np.ndarray], kernels: bool | No
             for i in np.flatnonzero(hit):
                 cells.append(Cell(int(members[ok][i]), f, float(x[i]), float(loo[i]), float(ratio[i]),
                                   float(z[i]), float(excess[i]), int(ok.sum() - 1)))
+    return cells
+
+
+def node_cells(p: Patterns, roles: dict[int, np.ndarray], rank_node: dict[int, str],
+               kernels: bool | None = None) -> list[Cell]:
+    """Abnormal cells of a node that holds half or more of its role, judged against the role's other nodes.
+
+    The median and the MAD break down at half the sample: when one node carries
+    half a role (a pipeline stage of two nodes, 8 of 16 ranks), its slow ranks
+    *are* the role's median, and :func:`abnormal_cells` cannot tell which half is
+    slow (an independent generator's CPU contention on such a layout: forward
+    frames 1.56 s per step beside 9 ms, no finding). Such a node's ranks are
+    compared with the role's ranks on other nodes only (their median, and their
+    MAD for the spread), one-sided like the peer test and with its thresholds. Which
+    half is slower is then plain; whether it also *paces* the job is left to the
+    waits, as for any rank finding (a straggler waits least).
+    """
+    step = float(np.nanmedian(p.step_time_ns)) if p.step_time_ns.size else 0.0
+    cells: list[Cell] = []
+    if step <= 0:
+        return cells
+    floor = 0.001 * step  # the peer test's floor
+    metric = p.per_step_ns
+    for members in roles.values():
+        nodes = np.array([rank_node.get(int(p.ranks[m]), "") for m in members])
+        for node in sorted(set(nodes.tolist()) - {""}):
+            mine = nodes == node
+            if 2 * int(mine.sum()) < members.size or int((~mine).sum()) < MIN_PEERS:
+                continue  # below half the role the plain peer test sees it (and < MIN_PEERS others tell nothing)
+            for f in range(metric.shape[1]):
+                if not _tested(p, f, kernels):
+                    continue
+                col = metric[members, f]
+                ok = np.isfinite(col)
+                rest = col[~mine & ok]
+                if rest.size < MIN_PEERS:
+                    continue
+                _, med, scale = robust_z(rest, abs_floor=floor)
+                x = col[mine & ok]
+                ratio = x / max(med, floor)
+                hit = (ratio >= MIN_RATIO) & ((x - med) / scale >= MIN_Z) & (x - med >= MIN_MATERIAL * step)
+                for i in np.flatnonzero(hit):
+                    cells.append(Cell(int(members[mine & ok][i]), f, float(x[i]), med, float(ratio[i]),
+                                      float((x[i] - med) / scale), float(x[i] - med), int(rest.size), True))
     return cells
 
 

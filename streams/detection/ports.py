@@ -242,6 +242,30 @@ def bypassed_ports(ports: PortMap, counters: CounterSummary) -> dict[str, list[P
     return out
 
 
+def secondary_ports(ports: PortMap) -> list[Port]:
+    """Physical ports of a rail's speed grade that do not carry the collectives.
+
+    NCCL's rings cross the network only at node boundaries: with tensor-parallel
+    groups on NVLink, the NICs of the GPUs between carry little or none of the
+    rings, only pipeline send / recv (an order of magnitude less than a rail,
+    below :data:`BUSY_SHARE`). Such a port is one whose name runs at the
+    rails' speed on most nodes (the median over the nodes that report it, so
+    that its own lowered speed does not hide it); front-end and management
+    ports run a grade or more slower.
+    """
+    rail_speeds = [p.link_gbps for p in ports.rails if np.isfinite(p.link_gbps) and p.link_gbps > 0]
+    if not rail_speeds:
+        return []
+    floor = float(np.median(rail_speeds)) / FASTER_GRADE  # at least the rails' grade: above half their speed
+    spare = [p for p in ports.ports.values() if p.cls in (FRONTEND, IDLE)]
+    by_name: dict[str, list[float]] = {}
+    for p in spare:
+        if np.isfinite(p.link_gbps):
+            by_name.setdefault(p.nic, []).append(p.link_gbps)
+    fast = {nic for nic, v in by_name.items() if float(np.median(v)) > floor}
+    return [p for p in spare if p.nic in fast]
+
+
 def rail_counters(counters: CounterSummary, ports: PortMap | None = None) -> dict[tuple[str, str], dict[str, float]]:
     """The NIC summaries of the rail ports only."""
     ports = ports if ports is not None else classify(counters)

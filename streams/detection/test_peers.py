@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .patterns import K_COLL, K_IO, K_KERNEL, K_LOADER, K_MEMCPY, K_PYTHON, Patterns
-from .peers import MIN_PEERS, abnormal_cells, category_of, role_ratio
+from .peers import MIN_PEERS, abnormal_cells, category_of, node_cells, role_ratio
 
 MS = 1e6
 STEP_NS = 1000 * MS
@@ -111,3 +111,38 @@ def test_role_ratio_sums_the_functions_against_the_other_ranks_median():
     assert abs(role_ratio(p, members, np.array([0, 1]), 4) - 1.5) < 0.01
     assert abs(role_ratio(p, members, np.array([0, 1]), 0) - 1.0) < 0.02
     assert role_ratio(p, members, np.array([], dtype=np.int64), 4) == 1.0
+
+
+# --- a node that holds half its role (peers.node_cells) ---------------------------------------
+
+def _two_nodes(n: int = 16) -> dict[int, str]:
+    return {r: ("node-a" if r < n // 2 else "node-b") for r in range(n)}
+
+
+def test_half_a_role_on_one_slow_node_hides_from_the_plain_test_but_not_from_the_node_test():
+    m = noisy(16, 1, level_ms=10.0)
+    m[8:, 0] = 500 * MS       # every rank of node-b, half the role, 50x slower host frames
+    p, roles = patterns(m, [K_PYTHON]), one_role(16)
+    assert abnormal_cells(p, roles) == []           # the median is theirs: nobody stands out
+    cells = node_cells(p, roles, _two_nodes())
+    assert sorted(c.slot for c in cells) == list(range(8, 16))
+    assert all(c.other_nodes and c.n_peers == 8 and abs(c.peer_median - 10 * MS) < 0.2 * MS for c in cells)
+
+
+def test_the_node_test_is_one_sided_and_leaves_small_shares_to_the_plain_test():
+    m = noisy(16, 1, level_ms=10.0)
+    m[8:, 0] = 500 * MS
+    # the fast half (node-a) is never "slower" than node-b
+    assert all(c.slot >= 8 for c in node_cells(patterns(m, [K_PYTHON]), one_role(16), _two_nodes()))
+    # a node with under half the role: the plain peer test's case, not this one's
+    nodes = {r: ("node-a" if r < 12 else "node-b") for r in range(16)}
+    m = noisy(16, 1, level_ms=10.0)
+    m[12:, 0] = 500 * MS
+    assert node_cells(patterns(m, [K_PYTHON]), one_role(16), nodes) == []
+    assert sorted(c.slot for c in abnormal_cells(patterns(m, [K_PYTHON]), one_role(16))) == [12, 13, 14, 15]
+
+
+def test_two_healthy_nodes_that_differ_by_noise_are_not_abnormal():
+    m = noisy(16, 1, level_ms=10.0)
+    m[8:, 0] *= 1.05          # 5% apart: under MIN_RATIO, and within the z floor of 2% of the median
+    assert node_cells(patterns(m, [K_PYTHON]), one_role(16), _two_nodes()) == []
