@@ -269,3 +269,9 @@ def group_weighted_median(ids: np.ndarray, values: np.ndarray, weights: np.ndarr
     has = first >= 0
     out[has] = sv[first[has]]
     return out
+
+
+def dense_ids_of_slots(slot: np.ndarray, space: int) -> tuple[np.ndarray, int]:
+    """Dense ids (in slot order) of rows given as slots of a table of ``space`` slots (``0 <= slot < space``), and
+    their count: :func:`dense_ids_only` of keys a caller has packed itself (key 0 most significant)."""
+    return _occupied_ids(slot, space)

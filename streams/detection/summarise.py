@@ -14,7 +14,7 @@ from eroica.models.digest import WindowDigest
 
 from .collectives import summarise_collectives
 from .counters import nic_key, summarise
-from .patterns import summarise_fn
+from .fn_rows import summarise_fn
 from .windows import CONT, JobWindow
 
 

@@ -19,7 +19,7 @@ import pytest
 from eroica.models.columns import KIND_CODE, Columns
 from eroica.models.digest import INTERIOR, FnRows, InFlightRows, RankRows
 
-from . import patterns as P
+from . import fn_rows
 from .counters import _by_entity_then_value, _equal_groups, _increase, _increases, _medians, _time_order
 from .grouping import (dense_ids, group_count, group_max, group_min, group_quantiles, group_sorted, group_sum,
                        sorted_quantiles)
@@ -236,8 +236,8 @@ def test_summarise_fn_is_the_replaced_code_bit_for_bit(case: int, monkeypatch: p
         end = [None, int(fn.arrays["ts_ns"].max()) - 10**6, int(fn.arrays["ts_ns"].max()) + 10**7][trial % 3]
         if case == 7:  # the window ends before some records start: spans reach past their rank's share of the axis
             end = int(fn.arrays["ts_ns"].min()) + 5 * 10**5
-        monkeypatch.setattr(P, "_BLOCK_RECORDS", [1 << 16, 64, 500][trial % 3])   # one block, many, a few
-        assert _bits(P.summarise_fn(fn, end)) == _bits(_reference_summarise_fn(fn, end)), (case, trial)
+        monkeypatch.setattr(fn_rows, "_BLOCK_RECORDS", [1 << 16, 64, 500][trial % 3])   # one block, many, a few
+        assert _bits(fn_rows.summarise_fn(fn, end)) == _bits(_reference_summarise_fn(fn, end)), (case, trial)
 
 
 @pytest.mark.parametrize("case", range(4))
