@@ -51,6 +51,13 @@ class CollectiveStats:
     wait_per_step: np.ndarray      # (R,) median over steps of time spent waiting in collectives
     transfer_per_step: np.ndarray  # (R,) median over steps of transfer time (ns)
     groups: list[GroupStats]
+    # (R,) mean over steps of time spent waiting: what an intermittent straggler (a loader
+    # that runs dry in one step of four) costs the others, which the median does not show
+    wait_mean_per_step: np.ndarray | None = None
+
+    @property
+    def mean_waits(self) -> np.ndarray:
+        return self.wait_per_step if self.wait_mean_per_step is None else self.wait_mean_per_step
 
 
 def summarise_collectives(fn: Columns) -> CollRows:
@@ -122,7 +129,9 @@ def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, st
     ok = (slot < n_r) & (ranks[np.minimum(slot, n_r - 1)] == rank)
     rs, n_rs, rs_first = dense_ids(slot[ok], step[ok])
     rs_slot = slot[ok][rs_first]
-    wait_ps = group_quantiles(rs_slot, group_sum(rs, wait[ok], n_rs), n_r, (0.5,))[0]
+    wait_rs = group_sum(rs, wait[ok], n_rs)
+    wait_ps = group_quantiles(rs_slot, wait_rs, n_r, (0.5,))[0]
+    wait_mean = np.bincount(rs_slot, weights=wait_rs, minlength=n_r) / np.maximum(np.bincount(rs_slot, minlength=n_r), 1)
     xfer_ps = group_quantiles(rs_slot, group_sum(rs, xfer[ok], n_rs), n_r, (0.5,))[0]
 
     groups: list[GroupStats] = []
@@ -146,4 +155,4 @@ def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, st
             bytes_per_step=float(np.median(b)) if np.isfinite(b).all() else float("nan"),
             instances=int(n_s), p2p=bool(p2p[rows].any()), op=int(ops[rows].max()),
         ))
-    return CollectiveStats(ranks, np.nan_to_num(wait_ps), np.nan_to_num(xfer_ps), groups)
+    return CollectiveStats(ranks, np.nan_to_num(wait_ps), np.nan_to_num(xfer_ps), groups, np.nan_to_num(wait_mean))

@@ -355,7 +355,9 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             seen.add((c.slot, c.fn))
             by_slot[c.slot].append(c)
     waits = coll.wait_per_step
-    typical_wait = float(np.median(waits)) if waits.size else 0.0
+    # A loader stalls a step now and then (patterns: judged on its mean per step); the others
+    # wait for it in those steps only, so its lateness is read from the mean waits too.
+    stall_waits = coll.mean_waits
     per_rank: list[Finding] = []
     for slot, cells in by_slot.items():
         excess: dict[str, float] = defaultdict(float)
@@ -364,11 +366,13 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         total = sum(excess.values())
         if total < RANK_MATERIAL * step_ns:
             continue
+        cat = max(excess, key=lambda k: excess[k])
         # A straggler makes others wait and waits least itself; a rank that waits
         # as long as everyone else delayed nobody (its extra work overlapped).
-        if typical_wait > VICTIM_MARGIN * step_ns and waits[slot] >= typical_wait:
+        w = stall_waits if cat == "loader" else waits
+        typical_wait = float(np.median(w)) if w.size else 0.0
+        if typical_wait > VICTIM_MARGIN * step_ns and w[slot] >= typical_wait:
             continue
-        cat = max(excess, key=lambda k: excess[k])
         mine = [c for c in cells if category_of(int(p.fn_kinds[c.fn])) == cat]
         rank = int(p.ranks[slot])
         node = layout.rank_node.get(rank, "")
@@ -434,8 +438,10 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             peers=peers, culprits=[rank], evidence=evidence,
             summary=f"{why}; {_how_slower(what, slowdown, mine, len(peers), durations, floor)}", steady=steady,
         ))
-    late = _lateness(roles, waits)
-    return [f for f in _merge_nodes(per_rank, layout, p) if _paces_others(f, p, late, waits, step_ns)]
+    late, late_stall = _lateness(roles, waits), _lateness(roles, stall_waits)
+    return [f for f in _merge_nodes(per_rank, layout, p)
+            if (_paces_others(f, p, late_stall, stall_waits, step_ns) if attr.observation(f.component) == "data loading"
+                else _paces_others(f, p, late, waits, step_ns))]
 
 
 def _host_durations(p: Patterns, mine: list[Cell], members: np.ndarray, slot: int) -> tuple[float, float] | None:
