@@ -18,7 +18,7 @@ from eroica.models.columns import OP_CODE, Columns
 from eroica.models.records import COLLECTIVE_OPS
 from eroica.models.digest import CollRows, WindowDigest
 
-from .grouping import dense_ids, group_count, group_max, group_min, group_quantiles, group_sum
+from .grouping import dense_ids, dense_ids_by_sort, group_count, group_max, group_min, group_quantiles, group_sum
 from .patterns import K_COLL
 
 _P2P_OPS = np.array([OP_CODE["send"], OP_CODE["recv"]], dtype=np.int8)
@@ -68,7 +68,7 @@ def summarise_collectives(fn: Columns) -> CollRows:
     if not sel.size:
         return CollRows()
     rank, step, grp = a["rank"][sel], a["step"][sel], a["group"][sel]
-    ids, n, first = dense_ids(rank, grp, step)
+    ids, n, first = dense_ids_by_sort(rank, grp, step)  # (rank, communicator, step): too many to count by table
     nbytes = a["bytes"][sel].astype(np.float64)
     known = nbytes >= 0
     b = group_sum(ids, np.where(known, nbytes, 0.0), n)

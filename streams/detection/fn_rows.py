@@ -7,7 +7,7 @@ The groupings are found with as few passes as the rows allow
 
 - every sort that must be stable is a plain (unstable, vectorised: numpy's
   SIMD quicksort) sort of int64 keys made unique by packing each record's
-  index into their low bits (:func:`_stable_argsort`); numpy's stable sort of
+  index into their low bits (:func:`.grouping.stable_argsort`); numpy's stable sort of
   int64 is a timsort, several times slower on keys that are not nearly sorted;
 - groupings whose order inside a group no result depends on (the durations
   of a row, the records of a (row, step)) are sorted by their key directly,
@@ -38,7 +38,7 @@ from eroica.models.columns import Columns
 from eroica.models.digest import INTERIOR, FnRows, InFlightRows, RankRows
 
 from .grouping import (dense_ids, dense_ids_of_slots, dense_ids_only, group_count, group_max, group_min,
-                       group_quantiles, group_sorted, group_sum, sorted_quantiles)
+                       group_quantiles, group_sorted, group_sum, sorted_quantiles, stable_argsort)
 from .intervals import covered, exclusive_time, exclusive_time_on_axis, merge_sorted, on_axis
 from .patterns import HOST_LEVEL, LOW_Q, _LEVEL_OF_KIND_16, _host_levels, _in_flight_rows, _int_objects, _own_duration
 
@@ -206,18 +206,31 @@ def _rank_blocks(rank: np.ndarray, target: int) -> list[slice | np.ndarray]:
         cuts = np.unique(np.searchsorted(rank, rank[target::target], side="left")).tolist()
         edges = [0, *(c for c in cuts if c > 0), rank.size]
         return [slice(lo, hi) for lo, hi in zip(edges[:-1], edges[1:])]
-    lo_rank = int(rank.min())
-    shifted = rank - lo_rank if int(rank.max()) - lo_rank < 4 * rank.size else dense_ids_only(rank)[0]
-    counts = np.bincount(shifted)
+    # Records come in runs of one rank (a frame holds a rank's records together): the blocks are cut and
+    # their rows listed run by run, where a per-record block code and a sort of it cost several passes.
+    starts = np.flatnonzero(rank[1:] != rank[:-1])
+    starts += 1
+    starts = np.concatenate(([0], starts))
+    lengths = np.diff(np.append(starts, rank.size))
+    run_rank = rank[starts]
+    lo_rank = int(run_rank.min())
+    shifted = run_rank - lo_rank if int(run_rank.max()) - lo_rank < 4 * rank.size else dense_ids_only(run_rank)[0]
+    counts = np.bincount(shifted, weights=lengths).astype(np.int64)  # records per rank (exact: below 2**53)
     blk_of_rank = np.cumsum(counts) // max(target, 1)
     blk_of_rank -= blk_of_rank[counts > 0][0]
     n_blk = int(blk_of_rank[-1]) + 1
     if n_blk == 1:
         return [slice(None)]
-    blk = (blk_of_rank.astype(np.uint16) if n_blk <= 1 << 16 else blk_of_rank)[shifted]
-    sizes = np.bincount(blk, minlength=n_blk)
+    run_blk = (blk_of_rank.astype(np.uint16) if n_blk <= 1 << 16 else blk_of_rank)[shifted]
+    by_blk = np.argsort(run_blk, kind="stable")  # each block's runs in record order (16 bits: a radix sort)
+    sizes = np.bincount(run_blk, weights=lengths, minlength=n_blk).astype(np.int64)
     bounds = np.concatenate(([0], np.cumsum(sizes)))
-    order = np.argsort(blk, kind="stable")
+    # The records of the runs in that order (``np.argsort(block of each record, kind="stable")``): each run's
+    # positions, ``start + 0, 1, ...``, as ``arange`` plus a per-run offset repeated over the run.
+    run_len = lengths[by_blk]
+    offset = starts[by_blk] - (np.cumsum(run_len) - run_len)
+    order = np.repeat(offset, run_len)
+    order += np.arange(rank.size, dtype=order.dtype)
     out: list[slice | np.ndarray] = []
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         if hi > lo:
@@ -225,32 +238,6 @@ def _rank_blocks(rank: np.ndarray, target: int) -> list[slice | np.ndarray]:
             first, last = int(rows[0]), int(rows[-1])
             out.append(slice(first, last + 1) if last - first == hi - lo - 1 else rows)
     return out
-
-
-def _stable_argsort(key: np.ndarray) -> np.ndarray:
-    """``np.argsort(key, kind="stable")`` of integer keys, the very same permutation.
-
-    Each key, less the smallest, is shifted left and the record's index put in
-    the low bits: the packed keys are distinct and sort as (key, index) do,
-    which is the stable order, so numpy's unstable sort (a vectorised
-    quicksort, several times faster than its timsort of int64) gives it. Keys
-    too wide to leave room for the index take the stable sort itself.
-    """
-    n = key.size
-    if n < 2:
-        return np.argsort(key, kind="stable")
-    bits = (n - 1).bit_length()
-    lo = int(key.min())
-    if int(key.max()) - lo >= 1 << (63 - bits):
-        return np.argsort(key, kind="stable")
-    packed = key.astype(np.int64)  # a copy: the key is left as it was
-    if lo:
-        packed -= lo
-    packed <<= bits
-    packed |= np.arange(n, dtype=np.int64)
-    packed.sort()
-    packed &= (1 << bits) - 1
-    return packed
 
 
 def _row_sorted(ids: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -297,15 +284,50 @@ def _exclusive_time(s: np.ndarray, e: np.ndarray, level: np.ndarray, order: np.n
     lvl_o = level[order]
     if lvl_o.dtype.itemsize > 2 or lvl_o.dtype.kind not in "iu" or (lvl_o.size and int(lvl_o.min()) < 0):
         return exclusive_time_on_axis(s, e, level, order)  # numpy sorts only 8 and 16-bit integers by counting
-    out = np.empty(s.size, dtype=np.int64)
     counts = np.bincount(lvl_o)
     by_level = order[np.argsort(lvl_o, kind="stable")]
+    return _exclusive_by_level(s[by_level], e, by_level, counts)
+
+
+def _exclusive_time_packed(s: np.ndarray, e: np.ndarray, level: np.ndarray) -> np.ndarray | None:
+    """:func:`_exclusive_time` with ``order`` ``np.argsort(s, kind="stable")``, by one sort instead of three
+    (None where the keys do not pack: then that is the way).
+
+    The events in (level, start, index) order are what a stable sort by start
+    and then a stable sort by level give; here they come from one sort of
+    ``level | start | index`` packed into distinct int64 keys (numpy's
+    vectorised unstable sort), and each level's starts from the sorted keys
+    themselves, with no gather.
+    """
+    n = s.size
+    if n < 2 or level.dtype.kind not in "iu" or int(level.min()) < 0 or int(s.min()) < 0:
+        return None
+    i_bits = (n - 1).bit_length()
+    s_bits = int(s.max()).bit_length()
+    if int(level.max()).bit_length() + s_bits + i_bits > 63:
+        return None
+    packed = level.astype(np.int64)
+    packed <<= s_bits
+    packed |= s
+    packed <<= i_bits
+    packed |= np.arange(n, dtype=np.int64)
+    packed.sort()
+    by_level = packed & ((1 << i_bits) - 1)
+    packed >>= i_bits
+    packed &= (1 << s_bits) - 1  # the starts, level by level in start order
+    return _exclusive_by_level(packed, e, by_level, np.bincount(level))
+
+
+def _exclusive_by_level(starts: np.ndarray, e: np.ndarray, by_level: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The loop of :func:`.intervals.exclusive_time_on_axis` over levels, given the events ``by_level`` (by
+    level, then start, then index), their ``starts`` in that order, and the events per level value."""
+    out = np.empty(e.size, dtype=np.int64)
     bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
     levels = np.flatnonzero(counts).tolist()
     hs = he = np.empty(0, dtype=np.int64)
     for k, lvl in enumerate(levels):
         idx = by_level[bounds[lvl]:bounds[lvl + 1]]
-        a, b = s[idx], e[idx]
+        a, b = starts[bounds[lvl]:bounds[lvl + 1]], e[idx]
         r = b - a
         if hs.size:
             r -= covered(hs, he, a, b)
@@ -346,11 +368,14 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
         return None
     np.maximum(end, start, out=end)
     axis = on_axis(slot, start, end, span)
-    if axis is None:
+    packed = None if axis is None else _exclusive_time_packed(axis[0], axis[1], level)
+    if packed is not None:
+        excl = packed
+    elif axis is None:
         excl = exclusive_time(slot, start, end, level, span)
     else:
-        excl = _exclusive_time(axis[0], axis[1], level, _stable_argsort(axis[0]))  # (rank, start) order
-    del end, level, axis
+        excl = _exclusive_time(axis[0], axis[1], level, stable_argsort(axis[0]))  # (rank, start) order
+    del end, level, axis, packed
 
     # Whole steps: a rank's first and last step in the window are edge rows, the steps between interior.
     steps_ = a["step"].astype(np.int64, copy=False)
@@ -554,7 +579,7 @@ class _RowSteps:
             key -= s_lo
         else:  # step numbers too far apart to pack: (row, step) ids in key order
             key, _, _ = dense_ids(cell, steps)
-        self.perm = _stable_argsort(key)
+        self.perm = stable_argsort(key)
         key = key[self.perm]
         new = np.empty(n, dtype=bool)
         new[0] = True

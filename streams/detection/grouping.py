@@ -275,3 +275,68 @@ def dense_ids_of_slots(slot: np.ndarray, space: int) -> tuple[np.ndarray, int]:
     """Dense ids (in slot order) of rows given as slots of a table of ``space`` slots (``0 <= slot < space``), and
     their count: :func:`dense_ids_only` of keys a caller has packed itself (key 0 most significant)."""
     return _occupied_ids(slot, space)
+
+
+def dense_ids_by_sort(*keys: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+    """:func:`dense_ids` (the same ids, count and representatives) by one sort of packed int64 keys.
+
+    Where the keys' table is too large to count (:func:`table_slots`),
+    ``dense_ids`` takes ``np.unique`` with its index and inverse: a stable
+    argsort (numpy's timsort of int64) and scatters. Here the rows' slots in
+    the table (key 0 most significant: key order) are put in stable order by
+    :func:`stable_argsort`, so each run's first row is its smallest index
+    (the representative ``np.unique`` returns). Keys that do not pack take
+    ``dense_ids``.
+    """
+    n = keys[0].size
+    if n < 2 or any(k.dtype.kind not in "iub" or (k.dtype.kind == "u" and k.dtype.itemsize >= 8) for k in keys):
+        return dense_ids(*keys)
+    space = 1
+    lows = []
+    for k in keys:
+        lo = int(k.min())
+        lows.append(lo)
+        space *= int(k.max()) - lo + 1
+        if space >= 1 << 62:
+            return dense_ids(*keys)
+    slot = np.zeros(n, dtype=np.int64)
+    for k, lo in zip(keys, lows):
+        slot *= int(k.max()) - lo + 1
+        slot += k
+        if lo:
+            slot -= lo
+    order = stable_argsort(slot)
+    slot = slot[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(slot[1:], slot[:-1], out=new[1:])
+    ids = np.empty(n, dtype=np.int64)
+    ids[order] = np.cumsum(new) - 1
+    first = order[new]
+    return ids, int(first.size), first
+
+
+def stable_argsort(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of integer keys, the very same permutation.
+
+    Each key, less the smallest, is shifted left and the record's index put in
+    the low bits: the packed keys are distinct and sort as (key, index) do,
+    which is the stable order, so numpy's unstable sort (a vectorised
+    quicksort, several times faster than its timsort of int64) gives it. Keys
+    too wide to leave room for the index take the stable sort itself.
+    """
+    n = key.size
+    if n < 2:
+        return np.argsort(key, kind="stable")
+    bits = (n - 1).bit_length()
+    lo = int(key.min())
+    if int(key.max()) - lo >= 1 << (63 - bits):
+        return np.argsort(key, kind="stable")
+    packed = key.astype(np.int64)  # a copy: the key is left as it was
+    if lo:
+        packed -= lo
+    packed <<= bits
+    packed |= np.arange(n, dtype=np.int64)
+    packed.sort()
+    packed &= (1 << bits) - 1
+    return packed

@@ -20,8 +20,9 @@ from eroica.models.columns import KIND_CODE, Columns
 from eroica.models.digest import INTERIOR, FnRows, InFlightRows, RankRows
 
 from . import fn_rows
-from .counters import _by_entity_then_value, _equal_groups, _increase, _increases, _medians, _time_order
-from .grouping import (dense_ids, group_count, group_max, group_min, group_quantiles, group_sorted, group_sum,
+from .counters import (_by_entity_then_value, _equal_groups, _increase, _increases, _lexsort_pair, _medians,
+                       _sums_by_value, _time_order)
+from .grouping import (dense_ids, dense_ids_by_sort, group_count, group_max, group_min, group_quantiles, group_sorted, group_sum,
                        sorted_quantiles)
 from .intervals import _AXIS_LIMIT, covered, exclusive_time, merge, merge_sorted
 from .patterns import HOST_LEVEL, LOW_Q, _in_flight_rows, _LEVEL_OF_KIND, _OWN_DURATION_KINDS, stack_depths
@@ -316,3 +317,46 @@ def test_counter_orders_and_increases_are_the_replaced_code() -> None:
         got = _increases(ids, n, a, ("a", "b", "c"), ts, order)
         for k in "abc":
             assert got[k].tobytes() == _increase(ids, n, a[k], ts, order).tobytes()
+
+
+def test_packed_exclusive_time_is_the_replaced_code() -> None:
+    rng = np.random.default_rng(11)
+    for trial in range(300):
+        n = int(rng.integers(2, 400))
+        slot = rng.integers(0, int(rng.integers(1, 6)), n)
+        start = rng.integers(0, 1000, n)
+        end = start + rng.integers(0, [5, 50, 400, 1000][trial % 4], n)
+        level = rng.integers(0, int(rng.integers(1, 8)), n).astype(np.int16)
+        span = int(end.max()) + 1
+        s = slot * span + start
+        e = slot * span + end
+        got = fn_rows._exclusive_time_packed(s, e, level)
+        assert got is not None
+        assert np.array_equal(got, _reference_exclusive_time(slot, start, end, level, span))
+
+
+def test_sorted_dense_ids_and_orders_are_the_replaced_code() -> None:
+    rng = np.random.default_rng(12)
+    for trial in range(300):
+        n = int(rng.integers(1, 500))
+        keys = [rng.integers(-1 if trial % 2 else 0, int(rng.integers(1, 10**4)), n) for _ in range(int(rng.integers(1, 4)))]
+        got, want = dense_ids_by_sort(*keys), dense_ids(*keys)
+        assert got[1] == want[1] and np.array_equal(got[0], want[0]) and np.array_equal(got[2], want[2])
+        ts = rng.integers(0, 10**9 if trial % 3 else 20, n)
+        assert np.array_equal(_lexsort_pair(ts, keys[0]), np.lexsort((ts, keys[0])))
+
+
+def test_sums_by_value_are_the_replaced_code() -> None:
+    rng = np.random.default_rng(13)
+    for trial in range(300):
+        n, m = int(rng.integers(1, 20)), int(rng.integers(1, 10))
+        ids = np.repeat(np.arange(n), m)[rng.permutation(n * m)]
+        rows = _equal_groups(ids, n) if trial % 2 else None
+        v = rng.choice(np.array([0.0, -0.0, 1e-3, 1.0, 5.0, 7.5, 1e17]), n * m)
+        o = np.lexsort((v, ids))
+        want = [np.bincount(ids[o], weights=v[o], minlength=n), np.bincount(ids[o], weights=v[o] ** 2, minlength=n)]
+        got = _sums_by_value(ids, n, v, rows, 1, 2)
+        assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
+        ts = rng.permutation(n * m).astype(np.int64) if trial % 3 else np.arange(n * m, dtype=np.int64)  # in time order
+        assert np.array_equal(_time_order(ids, ts, rows) if rows is not None else _time_order(ids, ts),
+                              np.lexsort((ts, ids)))
