@@ -400,6 +400,13 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         steady_excess = sum(max(0.0, float(p.low_ns[c.slot, c.fn]) - c.peer_median) for c in mine
                             if not p.sporadic[c.slot, c.fn] and np.isfinite(p.low_ns[c.slot, c.fn]))
         steady = steady_excess >= STEADY_SHARE * sum(c.excess for c in mine)
+        if cat == "loader":
+            # A loader's cost is its mean (stalls: patterns._STALL_KINDS), which no best step pays:
+            # it is a level when the median step pays half of it (the queue runs dry in most steps).
+            med = p.per_step_ns if p.median_step_ns is None else p.median_step_ns
+            steady = (sum(max(0.0, float(med[c.slot, c.fn]) - c.peer_median) for c in mine
+                          if not p.sporadic[c.slot, c.fn] and np.isfinite(med[c.slot, c.fn]))
+                      >= STEADY_SHARE * sum(c.excess for c in mine))
         evidence = {
             p.fn_names[c.fn]: {"culprit_ns_per_step": round(c.value), "peer_median_ns_per_step": round(c.peer_median),
                                "ratio": round(c.ratio, 3), "robust_z": round(c.z, 2)}
@@ -566,7 +573,10 @@ def _merge_nodes(findings: list[Finding], layout: Layout, p: Patterns) -> list[F
                 peers=peers, culprits=culprits,
                 evidence={**best.evidence, "ranks_affected": {"culprit": culprits}},
                 summary=best.summary.replace("its ", f"all {len(culprits)} ranks' ", 1),
-                steady=all(f.steady for f in fs),
+                # A node's loaders share one input path (storage, page cache, loader processes): which of its
+                # ranks runs dry in a step is chance, so one rank that stalls in most steps is the node
+                # paying it in most steps. Elsewhere every rank must show the level.
+                steady=(any if attr.observation(component) in NODE_OBSERVATIONS else all)(f.steady for f in fs),
             ))
         else:
             out.extend(fs)

@@ -69,6 +69,9 @@ class Patterns:
     step_time_ns: np.ndarray     # (R,) median step span
     window_ns: int
     sporadic: np.ndarray         # (R, F) ran in fewer than half the rank's steps (cost = mean per step)
+    # (R, F) the median step's cost where per_step_ns took a loader's mean instead (build_patterns);
+    # None: per_step_ns. Whether most steps pay a stall is read from it (detector: steady).
+    median_step_ns: np.ndarray | None = None
     # The rows behind the level the job's regression reference takes (cell, low, steps, calls,
     # n_cells: see _level); None: low_ns. Kept, not computed: once the reference holds its
     # windows (regression.REFERENCE_WINDOWS) no window needs it, and it cost ~8% of this build.
@@ -256,6 +259,7 @@ def build_patterns(d: WindowDigest) -> Patterns:
     # slow storage: 98-567 ms stalls on one rank of a node per window, each rank's median
     # untouched). What such a function costs a step is its mean, so it is never judged below it.
     stalls = np.isin(kinds, _STALL_KINDS)[None, :]
+    median_step = per_step
     per_step = np.where(stalls & np.isfinite(per_step) & np.isfinite(mean_cost), np.fmax(per_step, mean_cost), per_step)
     window_ns = d.end_ns - d.start_ns
     return Patterns(
@@ -263,5 +267,5 @@ def build_patterns(d: WindowDigest) -> Patterns:
         count=count, total_ns=total, excl_ns=excl, median_ns=wmedian(f.median_ns),
         p90_ns=wmedian(f.p90_ns), p99_ns=p99, per_step_ns=per_step, low_ns=low,
         beta=excl / np.where(busy > 0, busy, float(window_ns))[:, None], steps=steps, step_time_ns=step_time, window_ns=window_ns,
-        sporadic=sporadic, ref_rows=(cell, lows, w, np.asarray(f.count, dtype=np.float64), n_cells),
+        sporadic=sporadic, median_step_ns=median_step, ref_rows=(cell, lows, w, np.asarray(f.count, dtype=np.float64), n_cells),
     )
