@@ -6,9 +6,9 @@ Each scenario (every fault alone, plus healthy runs) is generated per seed into 
 file, analysed with the detector's default 30 s window exactly as a user would (``read_batches``
 then ``analyze``), scored with ``eroica.bench.scoring.score_run``, and deleted.
 
-Seeds 1-4 were looked at while the detector was changed after this generator's first run
-(2026-11-27); seeds 101-110 are held out (HOLDOUT_SEEDS): run them only to report, never
-to decide a change, and report them apart.
+Seeds 1-6 (and 7-16 for five faults) were looked at while the detector was changed after this
+generator's first run (2026-11-27); seeds 101-110 are held out (HOLDOUT_SEEDS): run them only
+to report, never to decide a change, and report them apart.
 """
 
 from __future__ import annotations
