@@ -216,6 +216,13 @@ def _errors(m: dict[str, float]) -> float:
     return float(np.nansum([m.get(f"{k}_inc", np.nan) for k in NIC_ERRORS]))
 
 
+def _flaky(node: str, nic: str, m: dict[str, float], ev: dict[str, Any], errors: float) -> NicAnomaly:
+    """A port whose errors climb: the evidence of each error counter that rose, strength from their sum."""
+    ev.update({f"{k}_increase": {"culprit": m.get(f"{k}_inc")} for k in NIC_ERRORS
+               if np.isfinite(m.get(f"{k}_inc", np.nan)) and m.get(f"{k}_inc", 0) > 0})
+    return NicAnomaly(node, nic, "flaky", ev, 1.0 + float(np.log1p(errors)))
+
+
 def secondary_anomalies(counters: CounterSummary, ports: PortMap | None = None) -> list[NicAnomaly]:
     """Errors or a lowered speed on rail-grade ports that do not carry the collectives (:func:`.ports.secondary_ports`).
 
@@ -251,9 +258,7 @@ def secondary_anomalies(counters: CounterSummary, ports: PortMap | None = None) 
         elif e > max(ERROR_FLOOR, ERROR_FACTOR * ref) or link_trouble(m):
             ev: dict[str, Any] = {"nic": {"culprit": p.nic, "class": p.cls},
                                   "errors_increase": {"culprit": e, "rails_median": rail_med, "same_port_median": same_med}}
-            ev.update({f"{k}_increase": {"culprit": m.get(f"{k}_inc")} for k in NIC_ERRORS
-                       if np.isfinite(m.get(f"{k}_inc", np.nan)) and m.get(f"{k}_inc", 0) > 0})
-            out.append(NicAnomaly(p.node, p.nic, "flaky", ev, 1.0 + float(np.log1p(e))))
+            out.append(_flaky(p.node, p.nic, m, ev, e))
     return out
 
 
@@ -318,10 +323,9 @@ def nic_anomalies(counters: CounterSummary, ports: PortMap | None = None) -> lis
             ref = rail_speed if not np.isfinite(node_speed) else min(rail_speed, node_speed)
             out.append(NicAnomaly(port.node, port.nic, "degraded", ev, 1.0 + (ref - speed) / ref))
         elif errors[i] > err_limit or link_trouble(m):
-            ev.update({f"{k}_increase": {"culprit": m.get(f"{k}_inc")} for k in NIC_ERRORS
-                       if np.isfinite(m.get(f"{k}_inc", np.nan)) and m.get(f"{k}_inc", 0) > 0})
-            ev["errors_increase"] = {"culprit": errors[i], "rails_median": err_med}
-            out.append(NicAnomaly(port.node, port.nic, "flaky", ev, 1.0 + float(np.log1p(errors[i]))))
+            flaky = _flaky(port.node, port.nic, m, ev, errors[i])
+            ev["errors_increase"] = {"culprit": errors[i], "rails_median": err_med}  # after the counters, as before
+            out.append(flaky)
         else:
             raised = [k for k in NIC_CONGESTION
                       if np.isfinite(cong[k][i]) and cong[k][i] > 0
