@@ -7,6 +7,7 @@ and the bench opens its own).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -65,6 +66,9 @@ def test_bench_throughput_tiny(tmp_path: Path) -> None:
     assert [s["stage"] for s in result["stages"]] == expected
     assert set(result["floors"]) == {"json", "frames", "digests", "sink"}
     assert result["furthest_from_floor"] in expected
+    # The kernels' one-time load is measured apart from every stage (numba is installed in CI).
+    assert ("fastjson" in result["startup"]["kernels"]) == (importlib.util.find_spec("numba") is not None)
+    assert any(line.startswith("once per process") for line in lines)
 
     total = result["input"]["records"]
     jsonl = tmp_path / "work" / "run.jsonl"
