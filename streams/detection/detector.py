@@ -39,6 +39,7 @@ from .layout import Layout, infer_layout
 from .link_findings import link_findings
 from .links import nic_anomalies
 from .patterns import K_KERNEL, K_MEMCPY, Patterns, build_patterns
+from .ports import classify
 from .peers import Cell, abnormal_cells, category_of, node_cells, role_ratio
 from .robust import robust_z
 from .summarise import digest_window
@@ -120,10 +121,11 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
     if p is not None and enough:
         counters = attr.with_model_power_limits(_canonical(from_digest(d)), layout.rank_node)
         coll = collective_stats(d, p.ranks, layout.rank_node)
-        anomalies = nic_anomalies(counters)
+        ports = classify(counters)
+        anomalies = nic_anomalies(counters, ports)
         findings += rank_findings(p, layout, counters, coll, step_ns)
         findings += stage_findings(p, layout, counters, step_ns)
-        findings += link_findings(p, layout, counters, coll, step_ns, anomalies)
+        findings += link_findings(p, layout, counters, coll, step_ns, anomalies, ports)
         findings += expected_findings(p, layout, counters, coll, anomalies, step_ns)
         paused, pause_now = pause_findings(p, step_ns, history.pauses)
         findings += paused
@@ -397,16 +399,12 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         # its steps) means every step pays it: a level, not one odd step whose cost a
         # three-step median cannot hide when another step is odd too (an evaluation).
         # A function that runs in few steps cannot show it in every step.
-        steady_excess = sum(max(0.0, float(p.low_ns[c.slot, c.fn]) - c.peer_median) for c in mine
-                            if not p.sporadic[c.slot, c.fn] and np.isfinite(p.low_ns[c.slot, c.fn]))
+        # A loader's cost is its mean (stalls: patterns._STALL_KINDS), which no best step pays:
+        # it is a level when the median step pays half of it (the queue runs dry in most steps).
+        level = p.low_ns if cat != "loader" else (p.per_step_ns if p.median_step_ns is None else p.median_step_ns)
+        steady_excess = sum(max(0.0, float(level[c.slot, c.fn]) - c.peer_median) for c in mine
+                            if not p.sporadic[c.slot, c.fn] and np.isfinite(level[c.slot, c.fn]))
         steady = steady_excess >= STEADY_SHARE * sum(c.excess for c in mine)
-        if cat == "loader":
-            # A loader's cost is its mean (stalls: patterns._STALL_KINDS), which no best step pays:
-            # it is a level when the median step pays half of it (the queue runs dry in most steps).
-            med = p.per_step_ns if p.median_step_ns is None else p.median_step_ns
-            steady = (sum(max(0.0, float(med[c.slot, c.fn]) - c.peer_median) for c in mine
-                          if not p.sporadic[c.slot, c.fn] and np.isfinite(med[c.slot, c.fn]))
-                      >= STEADY_SHARE * sum(c.excess for c in mine))
         evidence = {
             p.fn_names[c.fn]: {"culprit_ns_per_step": round(c.value), "peer_median_ns_per_step": round(c.peer_median),
                                "ratio": round(c.ratio, 3), "robust_z": round(c.z, 2)}

@@ -22,6 +22,7 @@ from .layout import Layout
 from .links import (MIN_MATERIAL, NicAnomaly, SlowGroup, family_ratios, group_through, secondary_anomalies,
                     slow_groups)
 from .patterns import Patterns
+from .ports import PortMap
 from .robust import leave_one_out_median, robust_z
 
 # Members of one ring / all-reduce move the same bytes per step, so their NVLink
@@ -36,7 +37,11 @@ NVLINK_ACTIVE_BPS = 1e6   # ring-mates below 1 MB/s do not use NVLink at all (a 
 
 
 def link_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
-                  step_ns: float, anomalies: list[NicAnomaly]) -> list[Finding]:
+                  step_ns: float, anomalies: list[NicAnomaly], ports: PortMap | None = None) -> list[Finding]:
+    """Slow links: NVLink within a node, NICs and the fabric between nodes, send / recv pairs.
+
+    ``ports``: the window's port classes (:func:`.ports.classify`), when the caller has them.
+    """
     slow = slow_groups(coll, step_ns, layout.rank_stage)
     out: list[Finding] = []
     inter = [s for s in slow if not s.group.intra_node]
@@ -72,11 +77,12 @@ def link_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
                 out.append(_nic_finding(node, None, _slowest_through(inter, node, layout) or best, layout, p, coll))
             else:
                 out.append(_network_finding(sorted(nodes_in_slow), best, layout, p, anomalies, inter))
-    return out + _pair_findings(p, layout, counters, coll, step_ns, anomalies, {f.node for f in out if f.component == "nic"})
+    named = {f.node for f in out if f.component == "nic"}
+    return out + _pair_findings(p, layout, counters, coll, step_ns, anomalies, named, ports)
 
 
 def _pair_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats, step_ns: float,
-                   anomalies: list[NicAnomaly], named: set[str]) -> list[Finding]:
+                   anomalies: list[NicAnomaly], named: set[str], ports: PortMap | None = None) -> list[Finding]:
     """A port with errors or a lowered speed on a node whose pipeline send / recv pair is slower than its siblings.
 
     The collectives' test cannot see a port that carries only send / recv (the NIC
@@ -88,7 +94,7 @@ def _pair_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: 
     slow = slow_groups(coll, step_ns, layout.rank_stage, pairs=True)
     if not slow:
         return []
-    hw = [a for a in anomalies if a.kind in ("degraded", "flaky")] + secondary_anomalies(counters)
+    hw = [a for a in anomalies if a.kind in ("degraded", "flaky")] + secondary_anomalies(counters, ports)
     out: list[Finding] = []
     for node in sorted({a.node for a in hw} - named):
         through = _slowest_through(slow, node, layout)

@@ -179,27 +179,38 @@ def _sorted_quantile(s: Sequence[float], q: float) -> float:
     Done in Python floats (IEEE doubles, as numpy's): picking two order
     statistics and numpy's ``_lerp`` needs no array per call.
     """
-    n = len(s)
+    return _quantile_at(s.__getitem__, len(s), q)
+
+
+def _quantile_at(at: Callable[[int], float], n: int, q: float) -> float:
+    """:func:`_sorted_quantile` of the ``n`` sorted values ``at(0) .. at(n - 1)``."""
     if not n:
         return float("nan")
     v = (n - 1) * q
     if v >= n - 1:
-        return float(s[-1])
+        return float(at(n - 1))
     lo = math.floor(v)
-    a, b, t = float(s[lo]), float(s[lo + 1]), v - lo
+    a, b, t = float(at(lo)), float(at(lo + 1)), v - lo
     diff = b - a
     return b - diff * (1 - t) if t >= 0.5 else a + diff * t
 
 
 class _LeaveOneOut:
-    """Medians of a group's finite values less one member's (its peers'), without an array per query."""
+    """Medians of a group's finite values less one member's (its peers'), in O(1) per query.
+
+    The group is sorted once; the median of it less the value at sorted index
+    ``k`` reads two order statistics of the rest, shifted past ``k``. This keeps
+    a fleet's per-port comparisons linear in its ports, where a list of peers
+    per port made them quadratic.
+    """
 
     def __init__(self, values: list[float]) -> None:
         self.values = values
         self.sorted = sorted(v for v in values if math.isfinite(v))
-        # 0.0 and -0.0 compare equal, and which of them np.quantile's partition picks
-        # depends on the values' order: with a zero among them, the peers' own list decides.
-        self.exact = not any(v == 0.0 for v in self.sorted)
+        # 0.0 and -0.0 compare equal, and which of them np.quantile's partition picks depends
+        # on the values' order: with a -0.0 among them, the peers' own list decides. Without
+        # one, equal values are equal bits and which of them is left out changes nothing.
+        self.exact = not any(v == 0.0 and math.copysign(1.0, v) < 0 for v in self.sorted)
 
     def median_without(self, i: int, peers: Callable[[], list[float]]) -> float:
         """``_fleet_median`` of ``peers()``: every value but the ``i``-th (in the order that list gives)."""
@@ -209,7 +220,7 @@ class _LeaveOneOut:
         if not math.isfinite(v):
             return _sorted_quantile(s, 0.5)
         k = bisect_left(s, v)
-        return _sorted_quantile(s[:k] + s[k + 1:], 0.5)
+        return _quantile_at(lambda j: s[j] if j < k else s[j + 1], len(s) - 1, 0.5)
 
 
 def _errors(m: dict[str, float]) -> float:
@@ -235,26 +246,29 @@ def secondary_anomalies(counters: CounterSummary, ports: PortMap | None = None) 
     a cost (:func:`.link_findings.link_findings`).
     """
     ports = ports if ports is not None else classify(counters)
-    secondary = secondary_ports(ports)
+    secondary = sorted(secondary_ports(ports), key=lambda p: (p.node, p.nic))
     if not secondary:
         return []
     rail_med = _fleet_median(np.array([_errors(counters.nic[(p.node, p.nic)]) for p in ports.rails]))
-    by_name: dict[str, list[float]] = {}
-    for p in secondary:
-        by_name.setdefault(p.nic, []).append(_errors(counters.nic[(p.node, p.nic)]))
+    # The same port name on the other nodes: one leave-one-out group per name (linear in the ports).
+    members: dict[str, list[int]] = {}
+    for i, p in enumerate(secondary):
+        members.setdefault(p.nic, []).append(i)
+    errors = [_errors(counters.nic[(p.node, p.nic)]) for p in secondary]
+    at = {i: j for idx in members.values() for j, i in enumerate(idx)}
+    err_groups = {name: _LeaveOneOut([errors[i] for i in idx]) for name, idx in members.items()}
+    speed_groups = {name: _LeaveOneOut([secondary[i].link_gbps for i in idx]) for name, idx in members.items()}
     out: list[NicAnomaly] = []
-    for p in sorted(secondary, key=lambda p: (p.node, p.nic)):
+    for i, p in enumerate(secondary):
         m = counters.nic[(p.node, p.nic)]
-        e = _errors(m)
-        mates = list(by_name[p.nic])
-        mates.remove(e)
-        same_med = _fleet_median(np.array(mates)) if mates else float("nan")
+        e, idx = errors[i], members[p.nic]
+        same_med = err_groups[p.nic].median_without(at[i], lambda: [errors[j] for j in idx if j != i])
         ref = max(v for v in (rail_med, same_med, 0.0) if np.isfinite(v))
-        speeds = [q.link_gbps for q in secondary if q.nic == p.nic and q.node != p.node and np.isfinite(q.link_gbps)]
-        if np.isfinite(p.link_gbps) and speeds and p.link_gbps < LINK_SPEED_LOW * float(np.median(speeds)):
+        speed_ref = speed_groups[p.nic].median_without(at[i], lambda: [secondary[j].link_gbps for j in idx if j != i])
+        if np.isfinite(p.link_gbps) and np.isfinite(speed_ref) and p.link_gbps < LINK_SPEED_LOW * speed_ref:
             ev_speed: dict[str, Any] = {"nic": {"culprit": p.nic, "class": p.cls},
-                                        "link_gbps": {"culprit": p.link_gbps, "same_port_median": float(np.median(speeds))}}
-            out.append(NicAnomaly(p.node, p.nic, "degraded", ev_speed, 2.0 - p.link_gbps / float(np.median(speeds))))
+                                        "link_gbps": {"culprit": p.link_gbps, "same_port_median": speed_ref}}
+            out.append(NicAnomaly(p.node, p.nic, "degraded", ev_speed, 2.0 - p.link_gbps / speed_ref))
         elif e > max(ERROR_FLOOR, ERROR_FACTOR * ref) or link_trouble(m):
             ev: dict[str, Any] = {"nic": {"culprit": p.nic, "class": p.cls},
                                   "errors_increase": {"culprit": e, "rails_median": rail_med, "same_port_median": same_med}}

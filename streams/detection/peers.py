@@ -57,6 +57,11 @@ def _tested(p: Patterns, f: int, kernels: bool | None) -> bool:
     return not (p.fn_kinds[f] == K_COLL or (kernels is not None and (p.fn_kinds[f] == K_KERNEL) != kernels))
 
 
+def _hit(ratio: np.ndarray, z: np.ndarray, excess: np.ndarray, step: float) -> np.ndarray:
+    """The peer test's three bars, all needed: slower by a factor, far outside the peers' spread, and material."""
+    return (ratio >= MIN_RATIO) & (z >= MIN_Z) & (excess >= MIN_MATERIAL * step)
+
+
 def abnormal_cells(p: Patterns, roles: dict[int, np.ndarray], kernels: bool | None = None) -> list[Cell]:
     """Abnormal (rank, function) cells; ``kernels`` True/False restricts the test to GPU kernels / to the rest."""
     step = float(np.nanmedian(p.step_time_ns)) if p.step_time_ns.size else 0.0
@@ -81,7 +86,7 @@ def abnormal_cells(p: Patterns, roles: dict[int, np.ndarray], kernels: bool | No
             z, _, _ = robust_z(x, abs_floor=floor)
             ratio = x / np.maximum(loo, floor)
             excess = x - loo
-            hit = (ratio >= MIN_RATIO) & (z >= MIN_Z) & (excess >= MIN_MATERIAL * step)
+            hit = _hit(ratio, z, excess, step)
             for i in np.flatnonzero(hit):
                 cells.append(Cell(int(members[ok][i]), f, float(x[i]), float(loo[i]), float(ratio[i]),
                                   float(z[i]), float(excess[i]), int(ok.sum() - 1)))
@@ -125,7 +130,7 @@ def node_cells(p: Patterns, roles: dict[int, np.ndarray], rank_node: dict[int, s
                 _, med, scale = robust_z(rest, abs_floor=floor)
                 x = col[mine & ok]
                 ratio = x / max(med, floor)
-                hit = (ratio >= MIN_RATIO) & ((x - med) / scale >= MIN_Z) & (x - med >= MIN_MATERIAL * step)
+                hit = _hit(ratio, (x - med) / scale, x - med, step)
                 for i in np.flatnonzero(hit):
                     cells.append(Cell(int(members[mine & ok][i]), f, float(x[i]), med, float(ratio[i]),
                                       float((x[i] - med) / scale), float(x[i] - med), int(rest.size), True))

@@ -401,3 +401,21 @@ def test_a_slow_ring_alone_must_persist_its_counters_confirm_at_once():
         m.update(nvlink_tx_Bps=1e11, nvlink_rx_Bps=1e11)
     f = _nvlink_finding(s, layout, c, p)
     assert (f.scope, f.node, f.steady) == ("node", "node-0", False)
+
+
+def test_send_recv_only_ports_are_judged_against_their_own_name_on_other_nodes():
+    from .links import secondary_anomalies
+    from .ports import secondary_ports
+    # Rings on mlx5_0..3; mlx5_4..7 carry only pipeline send / recv (a twentieth of a rail's bytes).
+    c = fleet(nodes=6, rail_tput=lambda n, i: RAIL_BPS if i < 4 else RAIL_BPS / 20)
+    assert {p.nic for p in secondary_ports(classify(c))} >= {f"mlx5_{i}" for i in range(4, 8)}
+    assert secondary_anomalies(c) == []
+    c.nic[("node-2", "mlx5_5")]["rx_errors_inc"] = 500.0       # one port's errors climb
+    for n in range(6):                                          # a port name every node counts errors on
+        c.nic[(f"node-{n}", "mlx5_6")]["rx_errors_inc"] = 400.0 + n
+    c.nic[("node-1", "mlx5_7")]["link_gbps"] = 200.0            # one port trained down
+    got = {(a.node, a.nic, a.kind): a for a in secondary_anomalies(c)}
+    assert sorted(got) == [("node-1", "mlx5_7", "degraded"), ("node-2", "mlx5_5", "flaky")]
+    assert got[("node-1", "mlx5_7", "degraded")].evidence["link_gbps"]["same_port_median"] == 400.0
+    assert got[("node-2", "mlx5_5", "flaky")].evidence["errors_increase"]["same_port_median"] == 0.0
+    assert secondary_anomalies(c, classify(c)) == list(got.values())   # the window's port map, passed down
