@@ -40,6 +40,9 @@ from eroica.models.digest import INTERIOR, FnRows, InFlightRows, RankRows
 from .grouping import (dense_ids, dense_ids_of_slots, dense_ids_only, group_count, group_max, group_min,
                        group_quantiles, group_sorted, group_sum, sorted_quantiles, stable_argsort)
 from .intervals import covered, exclusive_time, exclusive_time_on_axis, merge_sorted, on_axis
+# By its installed name, whatever name this module was imported by: numba's cache records the module
+# name of a kernel's globals and imports it by that name when it loads the kernel (in any process).
+from eroica.streams.detection.kernels import Kernels, worth_it
 from .patterns import HOST_LEVEL, LOW_Q, _LEVEL_OF_KIND_16, _host_levels, _in_flight_rows, _int_objects, _own_duration
 
 # Records per block of ranks (whole ranks: a block may hold more).
@@ -85,13 +88,14 @@ def summarise_fn(fn: Columns, window_end_ns: int | None = None,
     clip = None if window_end_ns is None else max(int(window_end_ns) - base, 0)
     host_level = _host_levels(recs.column("stack"), recs.vocab.get("stack", []))
     blocks = _rank_blocks(recs.column("rank"), _BLOCK_RECORDS)
+    ks = worth_it(recs.size())
     parts = []
     for rows in blocks:
         a, is_cont = recs.block(rows)
-        part = _summarise_ranks(a, recs.vocab, base, clip, host_level, single=len(blocks) == 1, cont=is_cont)
+        part = _summarise_ranks(a, recs.vocab, base, clip, host_level, single=len(blocks) == 1, cont=is_cont, ks=ks)
         if part is None:  # spans that reach past their rank's share of the axis: the whole window at once
             a, is_cont = recs.block(slice(None))
-            parts = [_summarise_ranks(a, recs.vocab, base, clip, host_level, single=True, cont=is_cont)]
+            parts = [_summarise_ranks(a, recs.vocab, base, clip, host_level, single=True, cont=is_cont, ks=ks)]
             break
         parts.append(part)
     fns = FnRows(**{k: _joined([p[0][k] for p in parts if p is not None]) for k in FnRows.__struct_fields__})
@@ -137,6 +141,10 @@ class _Records:
         """One column of all the records (a copy only with continuations)."""
         out: np.ndarray = self.parts[0][name] if len(self.parts) == 1 else np.concatenate([p[name] for p in self.parts])
         return out
+
+    def size(self) -> int:
+        """How many records."""
+        return sum(p["rank"].size for p in self.parts)
 
     def min_ts(self) -> int:
         return min(int(p["ts_ns"].min()) for p in self.parts if p["ts_ns"].size)
@@ -289,7 +297,8 @@ def _exclusive_time(s: np.ndarray, e: np.ndarray, level: np.ndarray, order: np.n
     return _exclusive_by_level(s[by_level], e, by_level, counts)
 
 
-def _exclusive_time_packed(s: np.ndarray, e: np.ndarray, level: np.ndarray) -> np.ndarray | None:
+def _exclusive_time_packed(s: np.ndarray, e: np.ndarray, level: np.ndarray,
+                           ks: Kernels | None = None) -> np.ndarray | None:
     """:func:`_exclusive_time` with ``order`` ``np.argsort(s, kind="stable")``, by one sort instead of three
     (None where the keys do not pack: then that is the way).
 
@@ -297,7 +306,8 @@ def _exclusive_time_packed(s: np.ndarray, e: np.ndarray, level: np.ndarray) -> n
     and then a stable sort by level give; here they come from one sort of
     ``level | start | index`` packed into distinct int64 keys (numpy's
     vectorised unstable sort), and each level's starts from the sorted keys
-    themselves, with no gather.
+    themselves, with no gather. With ``ks``, the levels are then taken in one pass over the sorted keys
+    (:func:`.kernels._exclusive_source`).
     """
     n = s.size
     if n < 2 or level.dtype.kind not in "iu" or int(level.min()) < 0 or int(s.min()) < 0:
@@ -312,6 +322,10 @@ def _exclusive_time_packed(s: np.ndarray, e: np.ndarray, level: np.ndarray) -> n
     packed <<= i_bits
     packed |= np.arange(n, dtype=np.int64)
     packed.sort()
+    if ks is not None:
+        out = np.empty(n, dtype=np.int64)
+        ks.exclusive(packed, e.astype(np.int64, copy=False), i_bits, s_bits, out)
+        return out
     by_level = packed & ((1 << i_bits) - 1)
     packed >>= i_bits
     packed &= (1 << s_bits) - 1  # the starts, level by level in start order
@@ -345,9 +359,11 @@ def _exclusive_by_level(starts: np.ndarray, e: np.ndarray, by_level: np.ndarray,
 
 def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base: int, clip: int | None,
                      host_level: np.ndarray | None, single: bool,
-                     cont: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+                     cont: np.ndarray | None = None,
+                     ks: Kernels | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
     """The rows of the finished records ``a`` of some whole ranks, as the columns
-    of :class:`FnRows` and :class:`RankRows`; ``cont`` marks the continuations among them (None: none).
+    of :class:`FnRows` and :class:`RankRows`; ``cont`` marks the continuations among them (None: none);
+    ``ks``: the compiled kernels, if any.
 
     None (unless ``single``, the whole window) when a span starts past the
     last clipped end (see there).
@@ -368,7 +384,7 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
         return None
     np.maximum(end, start, out=end)
     axis = on_axis(slot, start, end, span)
-    packed = None if axis is None else _exclusive_time_packed(axis[0], axis[1], level)
+    packed = None if axis is None else _exclusive_time_packed(axis[0], axis[1], level, ks)
     if packed is not None:
         excl = packed
     elif axis is None:
@@ -389,7 +405,7 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
         cell, n_cells = dense_ids_only(slot, fid, part)
     total = group_sum(cell, dur if own is None else np.where(own, dur, 0), n_cells)
     excl_sum = group_sum(cell, excl, n_cells)
-    g = _RowSteps(cell, n_cells, steps_)
+    g = _RowSteps(cell, n_cells, steps_, ks)
     # Durations sorted per row by one sort of (row, duration): no result depends on the order within a row.
     if own is None:
         sv, count, starts = _row_sorted(cell, dur, n_cells)
@@ -429,7 +445,7 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
         slot, steps_, start, dur, part = slot[own], steps_[own], start[own], dur[own], part[own]
         a = {"rank": a["rank"][own], "node": a["node"][own]}
     # Step span per rank and step: first start to last end of the step's records.
-    rs_first, lo, hi = _step_spans(slot, steps_, start, dur, None if table is None else table.own_steps(own))
+    rs_first, lo, hi = _step_spans(slot, steps_, start, dur, None if table is None else table.own_steps(own), ks)
     rp_ids, n_rp, rp_first = dense_ids(slot[rs_first], part[rs_first])
     step_time = group_quantiles(rp_ids, (hi - lo).astype(np.float64), n_rp, (0.5,))[0]
     rank_steps = group_count(rp_ids, n_rp)
@@ -543,14 +559,22 @@ class _StepTable:
 
 
 def _step_spans(slot: np.ndarray, steps: np.ndarray, start: np.ndarray, dur: np.ndarray,
-                dense: tuple[np.ndarray, int] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                dense: tuple[np.ndarray, int] | None,
+                ks: Kernels | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per (rank, step), in key order: its first record (``dense_ids(slot, steps)``'s representative), and
     the first start and last end (``start + dur``) of its records. ``dense``: those ids and their count
-    when known (:meth:`_StepTable.own_steps`)."""
+    when known (:meth:`_StepTable.own_steps`); with ``ks``, all three in one pass."""
     if dense is None:
         ids, n, first = dense_ids(slot, steps)
     else:
         ids, n = dense
+        if ks is not None:
+            first = np.full(n, ids.size, dtype=np.int64)
+            lo = np.full(n, np.iinfo(np.int64).max)
+            hi = np.full(n, np.iinfo(np.int64).min)
+            ks.spans(ids.astype(np.int64, copy=False), start.astype(np.int64, copy=False),
+                     dur.astype(np.int64, copy=False), first, lo, hi)
+            return first, lo, hi
         first = np.full(n, ids.size, dtype=np.intp)
         np.minimum.at(first, ids, np.arange(ids.size, dtype=np.intp))
     lo = np.full(n, np.iinfo(np.int64).max)
@@ -568,8 +592,18 @@ class _RowSteps:
     record order. :meth:`sums` gives the sums of record order all the same.
     """
 
-    def __init__(self, cell: np.ndarray, n_cells: int, steps: np.ndarray) -> None:
+    def __init__(self, cell: np.ndarray, n_cells: int, steps: np.ndarray, ks: Kernels | None = None) -> None:
         n = cell.size
+        if ks is not None:  # by a counting sort of the rows (:func:`.kernels._rows_source`)
+            self.perm = np.empty(n, dtype=np.int64)
+            bounds = np.empty(n_cells + 1, dtype=np.int64)  # each row's first position in ``perm``
+            step_start = np.empty(n, dtype=np.int64)
+            m = ks.rows(cell.astype(np.int64, copy=False), n_cells, steps.astype(np.int64, copy=False), self.perm,
+                        bounds, step_start)
+            self.step_start = step_start[:m]
+            self.step_cell = cell[self.perm[self.step_start]]
+            self._new: np.ndarray | None = None  # made when needed (:meth:`sums`)
+            return
         s_lo = int(steps.min())
         width = int(steps.max()) - s_lo + 1
         if n_cells * width < 2**62:
@@ -602,6 +636,10 @@ class _RowSteps:
         if bound * values.size < 2**53:
             out: np.ndarray = np.add.reduceat(values[self.perm], self.step_start)
             return out
+        new = self._new
+        if new is None:
+            new = np.zeros(self.perm.size, dtype=bool)
+            new[self.step_start] = True
         ids = np.empty(self.perm.size, dtype=np.int64)
-        ids[self.perm] = np.cumsum(self._new) - 1
+        ids[self.perm] = np.cumsum(new) - 1
         return np.bincount(ids, weights=values.astype(np.float64), minlength=self.step_start.size)

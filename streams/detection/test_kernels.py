@@ -1,0 +1,177 @@
+"""The summariser's compiled kernels give what the numpy paths give, interpreted and compiled.
+
+Each kernel source runs as plain Python (``use_kernels("python")``) and, when
+numba is importable, compiled (``"numba"``); both are compared with the
+numpy path (``"numpy"``, what runs without numba) on random inputs and on
+the corners: no event, one, equal starts, nested spans, zero durations,
+levels with gaps, rows out of step order; and whole windows through
+``summarise_fn``, bit for bit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from eroica.streams.detection import kernels  # the name fn_rows imports it by (numba's cache records it)
+
+from . import fn_rows
+from .intervals import exclusive_time
+from .test_patterns import _bits, _reference_exclusive_time, _window
+
+KINDS = ["python", *(["numba"] if importlib.util.find_spec("numba") else [])]
+
+
+@pytest.fixture(params=KINDS)
+def ks(request: pytest.FixtureRequest) -> Iterator[kernels.Kernels]:
+    kernels.use_kernels(request.param)
+    k = kernels.kernels()
+    assert k is not None
+    yield k
+    kernels.use_kernels(None)
+
+
+def _packed(s: np.ndarray, level: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """The sorted ``level | start | index`` keys :func:`fn_rows._exclusive_time_packed` gives the kernel."""
+    n = s.size
+    i_bits = max(n - 1, 0).bit_length()
+    s_bits = int(s.max()).bit_length() if n else 0
+    packed = (level.astype(np.int64) << (s_bits + i_bits)) | (s.astype(np.int64) << i_bits) | np.arange(n)
+    return np.sort(packed), i_bits, s_bits
+
+
+def _exclusive(ks: kernels.Kernels, slot: np.ndarray, start: np.ndarray, end: np.ndarray,
+               level: np.ndarray) -> np.ndarray:
+    span = int(end.max()) + 1 if end.size else 1
+    s, e = slot * span + start, slot * span + end
+    packed, i_bits, s_bits = _packed(s, level)
+    out = np.full(s.size, -1, dtype=np.int64)
+    ks.exclusive(packed, e.astype(np.int64), i_bits, s_bits, out)
+    return out
+
+
+def test_exclusive_time_corners(ks: kernels.Kernels) -> None:
+    i64 = np.int64
+    cases = [
+        ([], [], [], []),                                   # nothing
+        ([0], [5], [9], [2]),                               # one event
+        ([0, 0, 0], [3, 3, 3], [7, 5, 9], [1, 0, 2]),       # equal starts
+        ([0, 0, 0, 0], [0, 2, 3, 10], [20, 15, 4, 12], [3, 1, 0, 2]),  # nested spans
+        ([0, 0, 0, 0], [4, 4, 6, 4], [4, 9, 6, 4], [0, 1, 0, 2]),      # zero durations
+        ([0, 1, 0, 1], [0, 0, 5, 5], [10, 10, 6, 6], [0, 5, 9, 9]),    # two ranks, levels with gaps
+        ([0, 0, 0], [0, 5, 10], [5, 10, 15], [0, 0, 1]),    # touching intervals
+    ]
+    for slot, start, end, level in cases:
+        sl, st, en, lv = (np.array(x, dtype=i64) for x in (slot, start, end, level))
+        got = _exclusive(ks, sl, st, en, lv.astype(np.int16))
+        span = int(en.max()) + 1 if en.size else 1
+        want = _reference_exclusive_time(sl, st, en, lv, span) if sl.size else np.zeros(0, dtype=i64)
+        assert np.array_equal(got, want), (slot, start, end, level, got, want)
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_exclusive_time_random(ks: kernels.Kernels, case: int) -> None:
+    rng = np.random.default_rng(200 + case)
+    for trial in range(60):
+        n = int(rng.integers(1, [30, 200, 600, 60][case]))
+        slot = rng.integers(0, int(rng.integers(1, 6)), n)
+        start = rng.integers(0, [10, 1000, 10**6, 50][case], n)
+        if case == 3:  # many equal starts, long spans nesting the rest
+            start = rng.choice(np.array([0, 5, 5, 7]), n)
+        end = start + rng.integers(0, [3, 50, 10**5, 100][case], n) * (rng.random(n) > 0.1)
+        level = rng.integers(0, int(rng.integers(1, 8)), n).astype(np.int16)
+        got = _exclusive(ks, slot, start, end, level)
+        span = int(end.max()) + 1
+        assert np.array_equal(got, exclusive_time(slot, start, end, level, span)), (case, trial)
+        s, e = slot * span + start, slot * span + end
+        if n >= 2:  # the caller: the same as without the kernels
+            assert np.array_equal(fn_rows._exclusive_time_packed(s, e, level, ks),
+                                  fn_rows._exclusive_time_packed(s, e, level))
+
+
+def test_step_spans(ks: kernels.Kernels) -> None:
+    rng = np.random.default_rng(7)
+    for trial in range(100):
+        n = int(rng.integers(0, 300))
+        m = int(rng.integers(1, 40))
+        ids = rng.integers(0, m, n)
+        start = rng.integers(-10**6, 10**6, n)
+        dur = rng.integers(0, [1, 10, 10**9][trial % 3], n)
+        first = np.full(m, n, dtype=np.int64)
+        lo = np.full(m, np.iinfo(np.int64).max)
+        hi = np.full(m, np.iinfo(np.int64).min)
+        ks.spans(ids, start, dur, first, lo, hi)
+        w_first = np.full(m, n, dtype=np.intp)
+        np.minimum.at(w_first, ids, np.arange(n))
+        w_lo = np.full(m, np.iinfo(np.int64).max)
+        w_hi = np.full(m, np.iinfo(np.int64).min)
+        np.minimum.at(w_lo, ids, start)
+        np.maximum.at(w_hi, ids, start + dur)
+        assert np.array_equal(first, w_first) and np.array_equal(lo, w_lo) and np.array_equal(hi, w_hi)
+
+
+def test_row_grouping(ks: kernels.Kernels) -> None:
+    rng = np.random.default_rng(8)
+    for trial in range(100):
+        n = int(rng.integers(1, 400))
+        n_cells = int(rng.integers(1, 30))
+        cell = np.concatenate((np.arange(n_cells), rng.integers(0, n_cells, n)))  # every row has a record
+        cell = cell[rng.permutation(cell.size)] if trial % 2 else np.sort(cell)
+        steps = rng.integers(0, [1, 3, 50][trial % 3], cell.size) + 10**6
+        if trial % 5 == 0:  # one long row (a merge sort of its steps)
+            cell[: cell.size // 2] = 0
+        perm = np.empty(cell.size, dtype=np.int64)
+        bounds = np.empty(n_cells + 1, dtype=np.int64)
+        step_start = np.empty(cell.size, dtype=np.int64)
+        m = ks.rows(cell, n_cells, steps, perm, bounds, step_start)
+        key = cell * (int(steps.max()) + 1) + steps
+        want = np.argsort(key, kind="stable")
+        assert np.array_equal(perm, want)
+        assert np.array_equal(bounds, np.concatenate(([0], np.cumsum(np.bincount(cell, minlength=n_cells)))))
+        k = key[want]
+        assert np.array_equal(step_start[:m], np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1]))))
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_summarise_fn_with_and_without_kernels(ks: kernels.Kernels, case: int,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(300 + case)
+    for trial in range(4 if ks.rows is kernels._rows_source else 10):  # interpreted: slow
+        n = int(rng.integers(1, 1500))
+        fn = _window(rng, n, ranks=int(rng.integers(1, 30)), sorted_ranks=bool(trial % 2), huge=case == 4,
+                     in_flight=case == 5)
+        end = [None, int(fn.arrays["ts_ns"].max()) - 10**6, int(fn.arrays["ts_ns"].max()) + 10**7][trial % 3]
+        cont = None
+        if case == 3:  # continuations: some records of another window reaching into this one
+            cont = fn.take(np.flatnonzero(rng.random(n) < 0.2))
+        monkeypatch.setattr(fn_rows, "_BLOCK_RECORDS", [1 << 16, 64, 500][trial % 3])
+        got = _bits(fn_rows.summarise_fn(fn, end, cont))
+        saved = kernels._kernels
+        kernels.use_kernels("numpy")
+        try:
+            want = _bits(fn_rows.summarise_fn(fn, end, cont))
+        finally:
+            kernels._kernels, kernels._failed = saved, False
+        assert got == want, (case, trial)
+
+
+def test_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EROICA_SPAN_KERNELS", "0")
+    kernels.use_kernels(None)
+    try:
+        assert kernels.kernels() is None and kernels.worth_it(10**9) is None and not kernels.warm()
+    finally:
+        kernels.use_kernels(None)
+
+
+def test_loaded_only_once_worth_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernels.use_kernels(None)
+    monkeypatch.setattr(kernels, "FAST_AFTER_RECORDS", 100)
+    try:
+        assert kernels.worth_it(60) is None            # not yet: a small job never loads them
+        assert kernels.worth_it(60) is kernels.kernels()  # past the threshold: loaded (None without numba)
+    finally:
+        kernels.use_kernels(None)
