@@ -163,6 +163,70 @@ def _in_flight_rows(fn: Columns) -> InFlightRows:
     )
 
 
+def first_seen_ids(values: list[str]) -> tuple[np.ndarray, list[str]]:
+    """An id per value, numbered in order of first appearance, and the distinct values in that order.
+
+    C loops over the list (``dict.fromkeys`` keeps first appearances in order,
+    ``map`` looks each row up): no Python step, and no tuple, per row.
+    """
+    distinct = list(dict.fromkeys(values))
+    index = {v: i for i, v in enumerate(distinct)}
+    return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), distinct
+
+
+def _sorted_fn_ids(fn: list[str], stack: list[str]) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """Each row's function id in sorted (name, stack) order, and those pairs: ``sorted(set(zip(fn, stack)))``
+    without a tuple per row (the rows of a 1,024-rank window built 77k of them, and set the GC off)."""
+    a, names = first_seen_ids(fn)
+    b, stacks = first_seen_ids(stack)
+    code = a * max(len(stacks), 1) + b
+    if not code.size:
+        return code, []
+    used, inverse = np.unique(code, return_inverse=True)
+    pairs = [(names[c // max(len(stacks), 1)], stacks[c % max(len(stacks), 1)]) for c in used.tolist()]
+    order = sorted(range(len(pairs)), key=pairs.__getitem__)
+    rank = np.empty(len(pairs), dtype=np.int64)
+    rank[order] = np.arange(len(pairs))
+    fid: np.ndarray = rank[inverse.reshape(-1)]
+    return fid, [pairs[i] for i in order]
+
+
+def _weighted_medians(cell: np.ndarray, values: np.ndarray, w: np.ndarray, n_cells: int) -> np.ndarray:
+    """``group_weighted_median(cell, values, w, n_cells)``, the cells of one or two rows read directly.
+
+    Most cells hold one or two rows (an interior row and an edge step), for
+    which the general way's sort of every value is the bulk of its cost. Two
+    rows ``a`` (the earlier) and ``b``: the lower one comes first, ``a`` on a
+    tie (the stable sort's order), and it is the median once its weight
+    reaches half the pair's. Taken only with whole weights (step counts):
+    their sums are exact, so the comparison is the general way's. Cells of
+    more rows take the general way, on their rows alone.
+    """
+    if not values.size or not bool((w == np.trunc(w)).all()) or float(np.abs(w).sum()) >= 2.0**52:
+        return group_weighted_median(cell, values, w, n_cells)
+    out = np.full(n_cells, np.nan)
+    ok = np.isfinite(values) & (w > 0)
+    ids = cell[ok]
+    count = np.bincount(ids, minlength=n_cells)
+    order = np.argsort(ids.astype(np.uint16) if n_cells <= 1 << 16 else ids, kind="stable")
+    v, wt = values[ok][order], w[ok][order]
+    start = np.concatenate(([0], np.cumsum(count)[:-1]))
+    one = np.flatnonzero(count == 1)
+    out[one] = v[start[one]]
+    two = np.flatnonzero(count == 2)
+    a, b = start[two], start[two] + 1
+    b_lower = v[b] < v[a]
+    lo = np.where(b_lower, v[b], v[a])
+    hi = np.where(b_lower, v[a], v[b])
+    w_lo = np.where(b_lower, wt[b], wt[a])
+    out[two] = np.where(w_lo >= 0.5 * (wt[a] + wt[b]), lo, hi)
+    more = count > 2
+    if more.any():
+        rows = np.flatnonzero(ok)[more[ids]]
+        out[more] = group_weighted_median(cell[rows], values[rows], w[rows], n_cells)[more]
+    return out
+
+
 def _level(cell: np.ndarray, low: np.ndarray, steps: np.ndarray, calls: np.ndarray, n_cells: int) -> np.ndarray:
     """Each cell's level for the job's reference: the lowest low quantile of its rows, less incomplete steps.
 
@@ -216,9 +280,7 @@ def build_patterns(d: WindowDigest) -> Patterns:
     # Functions in sorted (name, stack) order, never in row order: rows arrive in
     # whatever order partitions were merged, and every later tie (max over
     # functions, first abnormal cell) must not depend on it.
-    pairs = list(zip(f.fn, f.stack))
-    keys = {k: i for i, k in enumerate(sorted(set(pairs)))}
-    fid = np.fromiter(map(keys.__getitem__, pairs), dtype=np.int64, count=len(pairs))
+    fid, keys = _sorted_fn_ids(f.fn, f.stack)
     n_f = len(keys)
     kinds = np.zeros(n_f, dtype=np.int64)
     kinds[fid] = f.kind
@@ -233,10 +295,11 @@ def build_patterns(d: WindowDigest) -> Patterns:
         return np.where(present, m, np.nan).reshape(n_r, max(n_f, 1))[:, :n_f]
 
     def wmedian(values: list[float]) -> np.ndarray:
-        m = group_weighted_median(cell, np.asarray(values, dtype=np.float64), w, n_cells)
+        m = _weighted_medians(cell, np.asarray(values, dtype=np.float64), w, n_cells)
         return m.reshape(n_r, max(n_f, 1))[:, :n_f]
 
-    count = np.bincount(cell, weights=np.asarray(f.count, dtype=np.float64), minlength=n_cells)
+    calls = np.asarray(f.count, dtype=np.float64)
+    count = np.bincount(cell, weights=calls, minlength=n_cells)
     count = count.reshape(n_r, max(n_f, 1))[:, :n_f].astype(np.int64)
     lows = np.asarray(f.low_ns if len(f.low_ns) == len(f.fn) else f.per_step_ns, dtype=np.float64)
     low = group_min(cell, lows, n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
@@ -267,5 +330,5 @@ def build_patterns(d: WindowDigest) -> Patterns:
         count=count, total_ns=total, excl_ns=excl, median_ns=wmedian(f.median_ns),
         p90_ns=wmedian(f.p90_ns), p99_ns=p99, per_step_ns=per_step, low_ns=low,
         beta=excl / np.where(busy > 0, busy, float(window_ns))[:, None], steps=steps, step_time_ns=step_time, window_ns=window_ns,
-        sporadic=sporadic, median_step_ns=median_step, ref_rows=(cell, lows, w, np.asarray(f.count, dtype=np.float64), n_cells),
+        sporadic=sporadic, median_step_ns=median_step, ref_rows=(cell, lows, w, calls, n_cells),
     )

@@ -28,7 +28,8 @@ step number, never by time, so they stay whole.
 
 from __future__ import annotations
 
-from typing import Any, Sequence, TypeVar
+from operator import itemgetter
+from typing import Any, Callable, Sequence, TypeVar
 
 import msgspec
 import numpy as np
@@ -36,6 +37,7 @@ import numpy as np
 from eroica.models.digest import INTERIOR, CollRows, FnRows, InFlightRows, RankRows, WindowDigest, concat_rows
 
 from .grouping import dense_ids, group_max, group_min, group_sum
+from .patterns import first_seen_ids
 
 # A job window holds at least this many complete steps on every rank. Three is
 # the smallest sample whose median ignores one odd step (a checkpoint, a GC
@@ -122,6 +124,22 @@ def concat(parts: Sequence[WindowDigest], start_ns: int, end_ns: int) -> WindowD
     return out
 
 
+def _joined(parts: Sequence[WindowDigest], start_ns: int, end_ns: int) -> WindowDigest:
+    """:func:`concat`, for :func:`assemble`'s own reading: one part's rows are shared, not copied.
+
+    Safe because nothing leaves :func:`assemble` with them: :func:`split_at_cut`
+    builds new rows for both of its halves (in-flight rows, which it passes on,
+    are still copied).
+    """
+    if len(parts) > 1:
+        return concat(parts, start_ns, end_ns)
+    (d,) = parts
+    out = concat([WindowDigest(d.job, d.start_ns, d.end_ns, in_flight=d.in_flight, gpu=d.gpu, nic=d.nic, host=d.host,
+                               gpu_index=d.gpu_index)], start_ns, end_ns)
+    out.ranks, out.fns, out.colls = d.ranks, d.fns, d.colls
+    return out
+
+
 def latest_steps(d: WindowDigest) -> dict[int, int]:
     """Each rank's latest step seen."""
     out: dict[int, int] = {}
@@ -190,34 +208,102 @@ def complete_steps(d: WindowDigest, cut: int) -> dict[int, int]:
 Rows = TypeVar("Rows", FnRows, RankRows, CollRows, InFlightRows)
 
 
-def _take(rows: Rows, idx: np.ndarray) -> Rows:
+def _picker(idx: np.ndarray) -> Callable[[list[Any]], list[Any]]:
+    """``lambda values: [values[i] for i in idx]``, built once for all the columns of a row set: a slice when the
+    rows are one ascending run, else one ``itemgetter`` call per column, not a Python step per row (~3x faster;
+    the values are Python objects spread over the heap, so each row of each column still costs a memory access)."""
+    n = idx.size
+    if n == 0:
+        return lambda values: []
+    lo = int(idx[0])
+    if int(idx[-1]) - lo + 1 == n and bool((np.diff(idx) == 1).all()):
+        return lambda values: values[lo:lo + n]
+    if n == 1:
+        return lambda values: [values[lo]]
+    get = itemgetter(*idx.tolist())
+    return lambda values: list(get(values))
+
+
+def _take(rows: Rows, idx: np.ndarray, fields: Sequence[str] | None = None) -> Rows:
+    """The rows at ``idx``, in its order; only ``fields`` are taken when given (the others are left empty, to be set)."""
     cls = type(rows)
-    at = idx.tolist()
-    return cls(**{f: list(map(getattr(rows, f).__getitem__, at)) for f in cls.__struct_fields__})
+    pick = _picker(idx)
+    return cls(**{f: pick(getattr(rows, f)) for f in (cls.__struct_fields__ if fields is None else fields)})
+
+
+def _renumber_first_seen(codes: np.ndarray) -> np.ndarray:
+    """Equal codes keep one id, numbered in order of first appearance in ``codes``."""
+    if not codes.size:
+        return codes
+    uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    rank = np.empty(uniq.size, dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(uniq.size)
+    out: np.ndarray = rank[inverse.reshape(-1)]
+    return out
+
+
+def _first_seen_ids(fn: list[str], stack: list[str], at: np.ndarray | None = None) -> np.ndarray:
+    """An id per (fn, stack) pair of the rows ``at`` (default: all), numbered in order of first appearance there.
+
+    The strings are numbered once over the whole columns (no tuple per row, no
+    copy of the rows), the pairs then renumbered among the rows ``at``.
+    """
+    a, _ = first_seen_ids(fn)
+    b, stacks = first_seen_ids(stack)
+    pair = a * max(len(stacks), 1) + b
+    return _renumber_first_seen(pair if at is None else pair[at])
+
+
+# The columns that name an edge row; the others hold its values, recomputed when parts merge.
+_FN_KEYS = ("rank", "fn", "stack", "kind", "step")
+_COLL_KEYS = ("rank", "group", "step")
 
 
 def _merge_fn_edges(f: FnRows) -> FnRows:
     """Sum the parts of each (rank, function, edge step) into one row."""
-    if not f.rank:
-        return f
-    names: dict[tuple[str, str], int] = {}
-    fid = np.fromiter((names.setdefault((n, s), len(names)) for n, s in zip(f.fn, f.stack)), np.int64, len(f.fn))
-    ids, n, first = dense_ids(np.asarray(f.rank), fid, np.asarray(f.step))
-    if n == len(f.rank):
-        return f
-    count = group_sum(ids, np.asarray(f.count, dtype=np.float64), n)
-    total = group_sum(ids, np.asarray(f.total_ns, dtype=np.float64), n)
-    out = _take(f, first)
-    out.count = count.astype(np.int64).tolist()
-    out.total_ns = total.tolist()
-    out.excl_ns = group_sum(ids, np.asarray(f.excl_ns, dtype=np.float64), n).tolist()
-    out.per_step_ns = group_sum(ids, np.asarray(f.per_step_ns, dtype=np.float64), n).tolist()
-    out.low_ns = list(out.per_step_ns)  # one step: its cost is its level
-    # a step in two parts: its typical call is the mean call, its tail the worse part's
-    out.median_ns = (total / np.maximum(count, 1)).tolist()
-    out.p90_ns = group_max(ids, np.asarray(f.p90_ns, dtype=np.float64), n).tolist()
-    out.p99_ns = group_max(ids, np.asarray(f.p99_ns, dtype=np.float64), n).tolist()
-    out.steps = [1] * n
+    return _with_merged_fn_edges(f, np.zeros(0, dtype=np.intp), np.arange(len(f.rank)))
+
+
+def _with_merged_fn_edges(f: FnRows, keep: np.ndarray, at: np.ndarray) -> FnRows:
+    """The rows ``keep`` as they are, then those of :func:`_merge_fn_edges` over the rows ``at`` (both ascending).
+
+    Each column is taken once, for both sets: a merged row takes its keys
+    from its first part, and its values, all recomputed, are never copied
+    row by row.
+    """
+    if not at.size:
+        return _take(f, keep)
+    rank = np.asarray(f.rank, dtype=np.int64)[at]
+    step = np.asarray(f.step, dtype=np.int64)[at]
+    ids, n, first = dense_ids(rank, _first_seen_ids(f.fn, f.stack, at), step)
+    if n == at.size:
+        return _take(f, np.concatenate([keep, at]))
+
+    def col(name: str) -> np.ndarray:
+        taken: np.ndarray = np.asarray(getattr(f, name), dtype=np.float64)[at]
+        return taken
+
+    count = group_sum(ids, col("count"), n)
+    total = group_sum(ids, col("total_ns"), n)
+    per_step = group_sum(ids, col("per_step_ns"), n).tolist()
+    merged = {
+        "count": count.astype(np.int64).tolist(),
+        "total_ns": total.tolist(),
+        "excl_ns": group_sum(ids, col("excl_ns"), n).tolist(),
+        "per_step_ns": per_step,
+        "low_ns": list(per_step),  # one step: its cost is its level
+        # a step in two parts: its typical call is the mean call, its tail the worse part's
+        "median_ns": (total / np.maximum(count, 1)).tolist(),
+        "p90_ns": group_max(ids, col("p90_ns"), n).tolist(),
+        "p99_ns": group_max(ids, col("p99_ns"), n).tolist(),
+        "steps": [1] * n,
+    }
+    out = _take(f, np.concatenate([keep, at[first]]), _FN_KEYS)
+    pick = _picker(keep)
+    for name, values in merged.items():
+        mine = pick(getattr(f, name))
+        mine += values
+        setattr(out, name, mine)
     return out
 
 
@@ -237,21 +323,30 @@ def _merge_rank_edges(r: RankRows) -> RankRows:
 
 
 def _merge_colls(c: CollRows) -> CollRows:
-    if not c.rank:
-        return c
-    groups: dict[str, int] = {}
-    gid = np.fromiter((groups.setdefault(g, len(groups)) for g in c.group), np.int64, len(c.group))
-    ids, n, first = dense_ids(np.asarray(c.rank), gid, np.asarray(c.step))
-    if n == len(c.rank):
-        return c
-    out = _take(c, first)
-    out.dur_ns = group_sum(ids, np.asarray(c.dur_ns, dtype=np.float64), n).astype(np.int64).tolist()
-    b = np.asarray(c.bytes, dtype=np.float64)
+    return _merge_colls_at(c, np.arange(len(c.rank)))
+
+
+def _merge_colls_at(c: CollRows, at: np.ndarray) -> CollRows:
+    """The rows ``at`` (ascending) of ``c``, the parts of each (rank, communicator, step) summed into one."""
+    if not at.size:
+        return CollRows()
+    gid = _renumber_first_seen(first_seen_ids(c.group)[0][at])
+    ids, n, first = dense_ids(np.asarray(c.rank, dtype=np.int64)[at], gid, np.asarray(c.step, dtype=np.int64)[at])
+    if n == at.size:
+        return _take(c, at)
+
+    def col(name: str) -> np.ndarray:
+        taken: np.ndarray = np.asarray(getattr(c, name), dtype=np.float64)[at]
+        return taken
+
+    out = _take(c, at[first], _COLL_KEYS)
+    out.dur_ns = group_sum(ids, col("dur_ns"), n).astype(np.int64).tolist()
+    b = col("bytes")
     known = np.bincount(ids, weights=np.isfinite(b).astype(float), minlength=n) > 0
     out.bytes = np.where(known, group_sum(ids, np.nan_to_num(b), n), np.nan).tolist()
-    out.calls = group_sum(ids, np.asarray(c.calls, dtype=np.float64), n).astype(np.int64).tolist()
-    out.p2p = (group_max(ids, np.asarray(c.p2p, dtype=np.float64), n) > 0).tolist()
-    out.op = group_max(ids, np.asarray(c.op, dtype=np.float64), n).astype(np.int64).tolist()
+    out.calls = group_sum(ids, col("calls"), n).astype(np.int64).tolist()
+    out.p2p = (group_max(ids, col("p2p"), n) > 0).tolist()
+    out.op = group_max(ids, col("op"), n).astype(np.int64).tolist()
     return out
 
 
@@ -270,19 +365,19 @@ def split_at_cut(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, Window
     fstep = np.asarray(d.fns.step, dtype=np.int64)
     interior = fstep == INTERIOR
     edge_done = ~interior & (fstep < limit)
-    done.fns = concat_rows([_take(d.fns, np.flatnonzero(interior)), _merge_fn_edges(_take(d.fns, np.flatnonzero(edge_done)))])
+    done.fns = _with_merged_fn_edges(d.fns, np.flatnonzero(interior), np.flatnonzero(edge_done))
     carry.fns = _take(d.fns, np.flatnonzero(~interior & ~edge_done))
 
     rstep = np.asarray(d.ranks.step, dtype=np.int64)
     interior = rstep == INTERIOR
     edge_done = ~interior & (rstep < limit)
     done.ranks = concat_rows([_take(d.ranks, np.flatnonzero(interior)),
-                       _merge_rank_edges(_take(d.ranks, np.flatnonzero(edge_done)))])
+                              _merge_rank_edges(_take(d.ranks, np.flatnonzero(edge_done)))])
     carry.ranks = _take(d.ranks, np.flatnonzero(~interior & ~edge_done))
 
     cstep = np.asarray(d.colls.step, dtype=np.int64)
     keep = cstep < limit
-    done.colls = _merge_colls(_take(d.colls, np.flatnonzero(keep)))
+    done.colls = _merge_colls_at(d.colls, np.flatnonzero(keep))
     carry.colls = _take(d.colls, np.flatnonzero(~keep))
     return done, carry
 
@@ -301,7 +396,7 @@ def assemble(pending: Sequence[WindowDigest], carry: WindowDigest | None,
     if not pending:
         return None, carry
     parts = ([carry] if carry is not None else []) + list(pending)
-    whole = concat(parts, pending[0].start_ns, pending[-1].end_ns)
+    whole = _joined(parts, pending[0].start_ns, pending[-1].end_ns)
     hung = bool(whole.in_flight.rank)
     live = live_ranks(pending)
     if (final or hung or len(pending) >= MAX_PENDING_WINDOWS
