@@ -15,7 +15,7 @@ compiled by numba (the ``fast`` extra) when it is installed.
 The sources are plain Python over numpy arrays, so that the tests run them
 interpreted as well as compiled; they are compiled on first use
 (``numba.njit(cache=True, nogil=True)``: a few seconds the very first time,
-then its cache is loaded, ~0.1 CPU-s with numba already imported, ~0.4 s
+then its cache is loaded, ~0.06 CPU-s with numba already imported, ~0.5 s
 without). Every result is an exact integer computed from the same values, so
 the compiled path, the interpreted one and the numpy one (kept for when numba
 is absent, or ``EROICA_SPAN_KERNELS=0``) give the same digests, bit for bit.
@@ -221,8 +221,8 @@ _kernels: Kernels | None = None
 _failed = False
 _records_seen = 0
 
-# Loading the kernels costs ~0.1 CPU-s (numba already imported, as the reader's scanner imports it) to
-# ~0.4 s (not yet) and saves ~40 ns per record: they are loaded once the process has summarised this
+# Loading the kernels costs ~0.06 CPU-s (numba already imported, as the reader's scanner imports it) to
+# ~0.5 s (not yet) and saves ~50 ns per record: they are loaded once the process has summarised this
 # many records (never for a small analysis), or by :func:`warm`.
 FAST_AFTER_RECORDS = int(os.environ.get("EROICA_SPAN_KERNELS_AFTER", 4 << 20))
 
