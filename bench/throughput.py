@@ -281,7 +281,8 @@ def _rate(records: int, cpu: float) -> float:
 def warm_kernels() -> list[str]:
     """Load every compiled kernel the stages use; the names of those loaded (none without numba)."""
     from eroica.models import fastjson
-    return ["fastjson"] if fastjson.warm() else []
+    from eroica.streams.detection import kernels
+    return [name for name, warm in (("fastjson", fastjson.warm), ("summariser", kernels.warm)) if warm()]
 
 
 def json_floor(path: Path) -> int:
