@@ -75,6 +75,7 @@ from eroica.models.digest import WindowDigest
 from .expected import BW_CONFIG  # the config finding's own threshold for naming the inter-node path
 from .findings import Finding
 from .grouping import dense_ids, group_max, group_min
+from .patterns import first_seen_ids
 
 # A cell whose own work exceeds its rank's persistent level by more than this many
 # robust sigmas (1.4826 x MAD of all cells of its role) is a fault, not noise: the
@@ -165,9 +166,11 @@ def wait_matrix(d: WindowDigest, ranks: np.ndarray) -> tuple[np.ndarray, np.ndar
     rank = np.asarray(c.rank, dtype=np.int64)
     step = np.asarray(c.step, dtype=np.int64)
     dur = np.asarray(c.dur_ns, dtype=np.int64)
-    names = sorted(set(c.group))
+    # communicators numbered in name order, without a Python step per row
+    first_id, distinct = first_seen_ids(c.group)
+    names = sorted(distinct)
     code = {g: i for i, g in enumerate(names)}
-    grp = np.fromiter((code[g] for g in c.group), dtype=np.int64, count=len(c.group))
+    grp = np.asarray([code[g] for g in distinct], dtype=np.int64)[first_id]
     named = np.array([bool(g) for g in names], dtype=bool)[grp]
     # one row per (rank, communicator, step): the parts of a step cut by a window edge add up
     rgs, n_rgs, first = dense_ids(rank, grp, step)
@@ -258,9 +261,11 @@ def paced_transfers(d: WindowDigest, ranks: np.ndarray, steps: np.ndarray,
     dur = np.asarray(c.dur_ns, dtype=np.int64)
     p2p = np.asarray(c.p2p, dtype=bool) if len(c.p2p) == len(c.rank) else np.zeros(rank.size, bool)
     ops = np.asarray(c.op, dtype=np.int64) if len(c.op) == len(c.rank) else np.full(rank.size, -1)
-    names = sorted(set(c.group))
+    # communicators numbered in name order, without a Python step per row
+    first_id, distinct = first_seen_ids(c.group)
+    names = sorted(distinct)
     code = {g: i for i, g in enumerate(names)}
-    grp = np.fromiter((code[g] for g in c.group), dtype=np.int64, count=len(c.group))
+    grp = np.asarray([code[g] for g in distinct], dtype=np.int64)[first_id]
     slot = np.searchsorted(ranks, rank)
     ok = (slot < n_r) & (ranks[np.minimum(slot, n_r - 1)] == rank)
     members: dict[int, np.ndarray] = {}

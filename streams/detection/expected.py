@@ -79,7 +79,12 @@ def _share_beta(p: Patterns, kinds: tuple[int, ...]) -> np.ndarray:
 
 
 def expected_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
-                      anomalies: list[NicAnomaly], step_ns: float) -> list[Finding]:
+                      anomalies: list[NicAnomaly], step_ns: float, ports: PortMap | None = None) -> list[Finding]:
+    """Job-wide findings against what a healthy job looks like (loader and host shares, the fabric's bandwidth).
+
+    ``ports``: the window's :func:`.ports.classify` of ``counters``, when the
+    caller has it (classified here otherwise: ~5 ms at 1,024 ranks).
+    """
     out: list[Finding] = []
     all_ranks = [int(r) for r in p.ranks]
 
@@ -99,7 +104,7 @@ def expected_findings(p: Patterns, layout: Layout, counters: CounterSummary, col
                                                 else "too few DataLoader workers or a slow input pipeline")),
         ))
 
-    collective = _collective_findings(p, layout, counters, coll, anomalies)
+    collective = _collective_findings(p, layout, counters, coll, anomalies, ports)
     python = _share_beta(p, (K_PYTHON, K_OPTIM, K_OTHER))
     config = [f for f in collective if f.component == "config"]
     if np.median(python) >= PYTHON_BETA and np.mean(python >= PYTHON_BETA / 2) >= RANK_SHARE and config:
@@ -162,7 +167,7 @@ def _outlier_pauses(p: Patterns, f: int, step_ns: float) -> list[PauseRecord]:
     the step stalled, not that the interpreter paused.
     """
     out: list[PauseRecord] = []
-    for slot in np.flatnonzero(p.count[:, f] > 0):
+    for slot in _pause_candidates(p, f, step_ns):
         calls, steps = float(p.count[slot, f]), float(max(p.steps[slot], 1))
         low, excl = float(p.low_ns[slot, f]), float(p.excl_ns[slot, f])
         total, p99 = float(p.total_ns[slot, f]), float(p.p99_ns[slot, f])
@@ -176,6 +181,28 @@ def _outlier_pauses(p: Patterns, f: int, step_ns: float) -> list[PauseRecord]:
             continue
         # how many such calls the excess holds (at least the one that showed)
         out.append(PauseRecord(p.fn_names[f], int(p.ranks[slot]), excess, max(1, int(round(excess / size))), size))
+    return out
+
+
+def _pause_candidates(p: Patterns, f: int, step_ns: float) -> np.ndarray:
+    """The ranks (slots) of :func:`_outlier_pauses` whose calls may hold a pause: its tests, on all ranks at once.
+
+    The same float64 operations in the same order as the per-rank test (which
+    then runs on these alone and has the last word), so no rank it keeps is
+    left out here: a 1,024-rank window ran that test in Python 4,096 times.
+    """
+    slots = np.flatnonzero(p.count[:, f] > 0)
+    calls = p.count[slots, f].astype(np.float64)
+    steps = np.maximum(p.steps[slots], 1).astype(np.float64)
+    low, excl, total, p99 = (a[slots, f].astype(np.float64) for a in (p.low_ns, p.excl_ns, p.total_ns, p.p99_ns))
+    with np.errstate(all="ignore"):
+        usual = np.minimum(steps, calls) * low
+        excess = excl - usual
+        own = np.maximum(total - excess, 0.0)
+        size = p99 - own / calls
+        keep = (np.isfinite(low) & np.isfinite(excl) & np.isfinite(total) & np.isfinite(p99)
+                & ~(size < PAUSE_COST * step_ns) & ~(excess < PAUSE_EXCLUSIVE * size) & ~(usual < PAUSE_EXCLUSIVE * own))
+    out: np.ndarray = slots[keep]
     return out
 
 
@@ -358,7 +385,7 @@ def inter_node_bandwidth_ratio(coll: CollectiveStats, counters: CounterSummary,
 
 
 def transport_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
-                       anomalies: list[NicAnomaly]) -> list[Finding]:
+                       anomalies: list[NicAnomaly], ports: PortMap | None = None) -> list[Finding]:
     """NCCL off its RDMA path only: what a job window of one or two steps may still say.
 
     Such a window comes from steps longer than the stall bound (steps.py): NCCL
@@ -369,16 +396,16 @@ def transport_findings(p: Patterns, layout: Layout, counters: CounterSummary, co
     """
     # Only the bandwidth against the links: NVLink's counters, sampled every few seconds,
     # can miss every burst of one or two steps' collectives.
-    return [f for f in _collective_findings(p, layout, counters, coll, anomalies) if f.component == "config"
+    return [f for f in _collective_findings(p, layout, counters, coll, anomalies, ports) if f.component == "config"
             and min(f.evidence.get("inter_node_bandwidth_share_of_link", {}).get("median", 1.0),
                     f.evidence.get("bypassed_ports", {}).get("share_of_link", 1.0)) < BW_CONFIG]
 
 
 def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
-                         anomalies: list[NicAnomaly]) -> list[Finding]:
+                         anomalies: list[NicAnomaly], ports: PortMap | None = None) -> list[Finding]:
     out: list[Finding] = []
     all_ranks = [int(r) for r in p.ranks]
-    ports = classify(counters)
+    ports = ports if ports is not None else classify(counters)
     ratio, names = inter_node_bandwidth_ratio(coll, counters, layout, ports)
     duty = (_transfer_ns(coll, set(names)) / max(float(np.nanmedian(p.step_time_ns)), 1.0)
             if names and p.step_time_ns.size else float("nan"))

@@ -174,6 +174,18 @@ def first_seen_ids(values: list[str]) -> tuple[np.ndarray, list[str]]:
     return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), distinct
 
 
+def used_codes(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(code, return_inverse=True)`` for codes in ``[0, space)``: by a table of the space, not a sort,
+    when the space is no larger than the rows (the codes of distinct strings seen in them)."""
+    if space > max(4 * code.size, 1 << 12):
+        used, inverse = np.unique(code, return_inverse=True)
+        return used, inverse.reshape(-1)
+    present = np.zeros(space, dtype=bool)
+    present[code] = True
+    dense = np.cumsum(present, dtype=np.int64) - 1
+    return np.flatnonzero(present), dense[code]
+
+
 def _sorted_fn_ids(fn: list[str], stack: list[str]) -> tuple[np.ndarray, list[tuple[str, str]]]:
     """Each row's function id in sorted (name, stack) order, and those pairs: ``sorted(set(zip(fn, stack)))``
     without a tuple per row (the rows of a 1,024-rank window built 77k of them, and set the GC off)."""
@@ -182,7 +194,7 @@ def _sorted_fn_ids(fn: list[str], stack: list[str]) -> tuple[np.ndarray, list[tu
     code = a * max(len(stacks), 1) + b
     if not code.size:
         return code, []
-    used, inverse = np.unique(code, return_inverse=True)
+    used, inverse = used_codes(code, len(names) * max(len(stacks), 1))
     pairs = [(names[c // max(len(stacks), 1)], stacks[c % max(len(stacks), 1)]) for c in used.tolist()]
     order = sorted(range(len(pairs)), key=pairs.__getitem__)
     rank = np.empty(len(pairs), dtype=np.int64)

@@ -37,7 +37,7 @@ import numpy as np
 from eroica.models.digest import INTERIOR, CollRows, FnRows, InFlightRows, RankRows, WindowDigest, concat_rows
 
 from .grouping import dense_ids, group_max, group_min, group_sum
-from .patterns import first_seen_ids
+from .patterns import first_seen_ids, used_codes
 
 # A job window holds at least this many complete steps on every rank. Three is
 # the smallest sample whose median ignores one odd step (a checkpoint, a GC
@@ -232,13 +232,15 @@ def _take(rows: Rows, idx: np.ndarray, fields: Sequence[str] | None = None) -> R
 
 
 def _renumber_first_seen(codes: np.ndarray) -> np.ndarray:
-    """Equal codes keep one id, numbered in order of first appearance in ``codes``."""
+    """Equal codes (non-negative) keep one id, numbered in order of first appearance in ``codes``."""
     if not codes.size:
         return codes
-    uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-    rank = np.empty(uniq.size, dtype=np.int64)
-    rank[np.argsort(first)] = np.arange(uniq.size)
-    out: np.ndarray = rank[inverse.reshape(-1)]
+    used, inverse = used_codes(codes, int(codes.max()) + 1)
+    first = np.full(used.size, codes.size, dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(codes.size))
+    rank = np.empty(used.size, dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(used.size)
+    out: np.ndarray = rank[inverse]
     return out
 
 

@@ -12,6 +12,7 @@ of one, two and many rows, nodes whose GPUs disagree on a ceiling.
 from __future__ import annotations
 
 from itertools import chain
+from types import SimpleNamespace
 
 import msgspec
 import numpy as np
@@ -22,8 +23,10 @@ from eroica.models.digest import INTERIOR, CollRows, FnRows, RankRows, WindowDig
 from . import steps
 from .attribution import _IMMUTABLE_KEYS, _agree, _finite, _values, gpu_classes, same_class, with_model_power_limits
 from .counters import CounterSummary
+from .expected import PAUSE_COST, PAUSE_EXCLUSIVE, _outlier_pauses
 from .grouping import dense_ids, group_max, group_sum, group_weighted_median
-from .patterns import _sorted_fn_ids, _weighted_medians
+from .history import PauseRecord
+from .patterns import _sorted_fn_ids, _weighted_medians, used_codes
 
 # -- the replaced code (as it was), the reference ---------------------------------------------------------------
 
@@ -259,3 +262,47 @@ def test_model_power_limits_and_classes_are_the_replaced_code(seed):
     assert list(new.gpu) == list(ref.gpu)
     ranks = list(range(26))
     assert gpu_classes(new, ranks) == _ref_gpu_classes(new, ranks)
+
+
+def _ref_outlier_pauses(p, f, step_ns):
+    out = []
+    for slot in np.flatnonzero(p.count[:, f] > 0):
+        calls, steps_ = float(p.count[slot, f]), float(max(p.steps[slot], 1))
+        low, excl = float(p.low_ns[slot, f]), float(p.excl_ns[slot, f])
+        total, p99 = float(p.total_ns[slot, f]), float(p.p99_ns[slot, f])
+        if not all(np.isfinite(v) for v in (low, excl, total, p99)):
+            continue
+        usual = min(steps_, calls) * low
+        excess = excl - usual
+        size = p99 - max(total - excess, 0.0) / calls
+        if (size < PAUSE_COST * step_ns or excess < PAUSE_EXCLUSIVE * size
+                or usual < PAUSE_EXCLUSIVE * max(total - excess, 0.0)):
+            continue
+        out.append(PauseRecord(p.fn_names[f], int(p.ranks[slot]), excess, max(1, int(round(excess / size))), size))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_outlier_pauses_are_the_replaced_code(seed):
+    rng = np.random.default_rng(seed)
+    r, nf = int(rng.integers(1, 40)), 3
+    def m(scale):
+        a = rng.choice([0.0, -0.0, 1e6, 5e7, 2e8, np.nan, np.inf], (r, nf)) if seed % 2 else rng.random((r, nf)) * scale
+        return a
+    p = SimpleNamespace(count=rng.integers(0, 4, (r, nf)), steps=rng.integers(0, 5, r), low_ns=m(1e7),
+                        excl_ns=m(3e8), total_ns=m(4e8), p99_ns=m(3e8), fn_names=["a", "b", "c"],
+                        ranks=np.arange(r) * 2)
+    for f in range(nf):
+        for step_ns in (1e8, 1e9, 1e-3):  # the detector asks only with a positive step
+            assert _outlier_pauses(p, f, step_ns) == _ref_outlier_pauses(p, f, step_ns)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_used_codes_and_first_seen_renumbering_are_the_sorts(seed):
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, int(rng.integers(1, 50)) * (1 if seed % 2 else 1000), int(rng.integers(1, 300)))
+    used, inverse = used_codes(codes, int(codes.max()) + 1)
+    ref_used, ref_inverse = np.unique(codes, return_inverse=True)
+    assert used.tolist() == ref_used.tolist() and inverse.tolist() == ref_inverse.reshape(-1).tolist()
+    seen: dict[int, int] = {}
+    assert steps._renumber_first_seen(codes).tolist() == [seen.setdefault(c, len(seen)) for c in codes.tolist()]
