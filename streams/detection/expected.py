@@ -9,6 +9,7 @@ outside the range is abnormal even when all its ranks agree.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -371,12 +372,15 @@ def _inter_node_ranks(coll: CollectiveStats, layout: Layout) -> dict[str, int]:
 
 
 def inter_node_bandwidth_ratio(coll: CollectiveStats, counters: CounterSummary,
-                               layout: Layout | None = None, ports: PortMap | None = None) -> tuple[float, list[str]]:
+                               layout: Layout | None = None, ports: PortMap | None = None,
+                               cap: float | None = None) -> tuple[float, list[str]]:
     """Median over inter-node communicators of bus bandwidth / a rank's rail capacity.
 
     Send / recv pairs are left out: their time holds the pipeline bubble.
+    ``cap``: that capacity, when the caller has it (:func:`link_capacity_Bps` with ``layout``'s ranks).
     """
-    cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout) if layout is not None else None)
+    if cap is None:
+        cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout) if layout is not None else None)
     groups = [g for g in coll.groups if not g.intra_node and not g.p2p and np.isfinite(g.bytes_per_step)
               and g.bytes_per_step >= MIN_COLL_BYTES and np.isfinite(g.bandwidth)]
     if not groups or not np.isfinite(cap):
@@ -406,7 +410,8 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
     out: list[Finding] = []
     all_ranks = [int(r) for r in p.ranks]
     ports = ports if ports is not None else classify(counters)
-    ratio, names = inter_node_bandwidth_ratio(coll, counters, layout, ports)
+    cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout))
+    ratio, names = inter_node_bandwidth_ratio(coll, counters, layout, ports, cap)
     duty = (_transfer_ns(coll, set(names)) / max(float(np.nanmedian(p.step_time_ns)), 1.0)
             if names and p.step_time_ns.size else float("nan"))
     relative = {a.node for a in anomalies if a.kind == "congested" and _material_marks(a, counters, p.window_ns / 1e9, duty)}
@@ -415,7 +420,6 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
     marked = _marked_rails(counters, ports, p.window_ns / 1e9, duty)
     congested = sorted(relative | set(marked))
     hw = [a for a in anomalies if a.kind in ("degraded", "flaky")]
-    cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout))
     reasons: list[str] = []
     evidence: dict[str, Any] = {}
     if np.isfinite(ratio):
@@ -565,7 +569,7 @@ def _marked_rails(counters: CounterSummary, ports: PortMap, window_s: float,
         cnp = m.get("cnp_sent_inc", np.nan)
         tput = m.get("throughput_Bps", np.nan)
         per_transfer_s = _cnp_per_transfer_s(cnp, window_s, transfer_duty)
-        if tput is None or not np.isfinite(tput) or not np.isfinite(per_transfer_s) or cnp <= 0:
+        if tput is None or not math.isfinite(tput) or not math.isfinite(per_transfer_s) or cnp <= 0:
             continue
         packets = max(0.5 * tput * window_s / ROCE_MTU_MIN_B, 1.0)
         share = float(cnp) / packets
@@ -599,8 +603,8 @@ def _material_marks(a: NicAnomaly, counters: CounterSummary, window_s: float, tr
 def _cnp_per_transfer_s(cnp: float | None, window_s: float, transfer_duty: float) -> float:
     """A rail's CNPs per second of the window's inter-node transfers (``transfer_duty``: their share of
     a step, at most all of it); NaN without a CNP count or a transfer time."""
-    if (cnp is None or not np.isfinite(cnp) or not (np.isfinite(window_s) and window_s > 0)
-            or not (np.isfinite(transfer_duty) and transfer_duty > 0)):
+    if (cnp is None or not math.isfinite(cnp) or not (math.isfinite(window_s) and window_s > 0)
+            or not (math.isfinite(transfer_duty) and transfer_duty > 0)):
         return float("nan")
     return float(cnp) / (window_s * min(transfer_duty, 1.0))
 
@@ -610,7 +614,7 @@ def _nodes_without_congestion_counters(counters: CounterSummary, ports: PortMap)
     seen: dict[str, bool] = {}
     for p in ports.rails:
         m = counters.nic.get((p.node, p.nic), {})
-        has = any(np.isfinite(m.get(f"{k}_inc", np.nan)) for k in ("cnp_sent", "xmit_wait"))
+        has = any(math.isfinite(m.get(f"{k}_inc", np.nan)) for k in ("cnp_sent", "xmit_wait"))
         seen[p.node] = seen.get(p.node, False) or has
     return sorted(n for n, has in seen.items() if not has)
 
@@ -653,7 +657,7 @@ def nvlink_Bps(m: dict[str, float]) -> float:
     checkpoint or evaluation idles the job for more than half the window.
     """
     mean = m.get("nvlink_mean_Bps", np.nan)
-    if mean is not None and np.isfinite(mean):
+    if mean is not None and math.isfinite(mean):
         return float(mean)
     return float(m.get("nvlink_tx_Bps", np.nan) + m.get("nvlink_rx_Bps", np.nan))
 
@@ -664,7 +668,7 @@ def nvlink_unused(coll: CollectiveStats, counters: CounterSummary) -> float | No
              and g.bytes_per_step >= MIN_COLL_BYTES]
     if not intra:
         return None
-    tput = np.array([t for t in (nvlink_Bps(m) for m in counters.gpu.values()) if np.isfinite(t)])
+    tput = np.array([t for t in (nvlink_Bps(m) for m in counters.gpu.values()) if math.isfinite(t)])
     if tput.size < 2:
         return None
     bus = [bus_bandwidth(g) for g in intra if np.isfinite(g.bandwidth)]
