@@ -309,8 +309,18 @@ def pcie_reason(counters: CounterSummary, rank: int) -> str:
     return ", ".join(parts) or "host-device copies slower than peers"
 
 
-def loader_component(counters: CounterSummary, node: str) -> tuple[str, str]:
-    """storage when the node waits on I/O more than the others, else the data loader itself."""
+def loader_component(counters: CounterSummary, node: str, bursty: bool = False) -> tuple[str, str]:
+    """storage when the node waits on I/O more than the others, else the data loader itself.
+
+    ``bursty``: the loader's stalls fall in a few steps, long, not in most steps
+    (its median step pays under half their mean cost). Without the node's host
+    counters that shape is the only hint left. A loader whose batches cost CPU
+    (decode, augment) produces them at a steady rate: short of the step, it stalls
+    about the same in every step. Storage reads are heavy-tailed (page-cache hits
+    and prefetched buffers, then a read that queues on a degraded mount or server
+    for seconds), so the prefetch queue runs dry now and then and a step stalls
+    long. With the counters, iowait decides and the shape is not consulted.
+    """
     h = counters.host
     mine = h.get(node, {}).get("iowait_pct", np.nan)
     others = [v.get("iowait_pct", np.nan) for n, v in h.items() if n != node]
@@ -318,6 +328,9 @@ def loader_component(counters: CounterSummary, node: str) -> tuple[str, str]:
     base = float(np.median(others)) if others else 0.0
     if _finite(mine) and mine >= IOWAIT_HIGH_PCT and mine >= base + 5.0:
         return "storage", f"iowait {mine:.0f}% vs {base:.0f}% on other nodes"
+    if not _finite(mine) and bursty:
+        return "storage", ("DataLoader.__next__ stalls long in a few steps, as reads on slow storage do; "
+                           "no host counters from this node to confirm (iowait)")
     if not _finite(mine):  # no host counters: a loader that waits on reads looks the same from the ranks
         return "dataloader", "DataLoader.__next__ slow; no host counters from this node, so slow storage is not ruled out"
     return "dataloader", "DataLoader.__next__ slow with no I/O wait"

@@ -30,7 +30,8 @@ from .cost import finding_costs, lost_share, window_cost
 from .counters import CounterSummary, from_digest
 from .findings import Finding, confidence_of
 from .hang import hang_findings
-from .expected import PAUSE_WINDOWS, expected_findings, pause_findings, transport_findings
+from .bus_reference import best_bus_Bps, inter_node_groups, remember_bus
+from .expected import MIN_COLL_BYTES, PAUSE_WINDOWS, bus_bandwidth, expected_findings, pause_findings, transport_findings
 from .history import JobHistory
 from .regression import regression_findings, with_window
 from .stages import stage_findings
@@ -40,7 +41,7 @@ from .link_findings import link_findings
 from .links import nic_anomalies
 from .patterns import K_KERNEL, K_MEMCPY, Patterns, build_patterns
 from .ports import classify
-from .peers import Cell, abnormal_cells, category_of, node_cells, role_ratio
+from .peers import Cell, abnormal_cells, category_of, host_category_cells, node_cells, role_ratio
 from .robust import robust_z
 from .summarise import digest_window
 from .windows import JobWindow
@@ -126,7 +127,9 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
         findings += rank_findings(p, layout, counters, coll, step_ns)
         findings += stage_findings(p, layout, counters, step_ns)
         findings += link_findings(p, layout, counters, coll, step_ns, anomalies, ports)
-        findings += expected_findings(p, layout, counters, coll, anomalies, step_ns)
+        fabric = inter_node_groups(coll, MIN_COLL_BYTES)
+        findings += expected_findings(p, layout, counters, coll, anomalies, step_ns, ports,
+                                      best_bus=best_bus_Bps(history.bus_reference, fabric))
         paused, pause_now = pause_findings(p, step_ns, history.pauses)
         findings += paused
         findings += regression_findings(p, history, step_ns)
@@ -136,7 +139,9 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
         # fewer whole steps than a comparison needs (steps past the stall bound, the end of input)
         counters = attr.with_model_power_limits(_canonical(from_digest(d)), layout.rank_node)
         coll = collective_stats(d, p.ranks, layout.rank_node)
-        findings += transport_findings(p, layout, counters, coll, nic_anomalies(counters))
+        ports = classify(counters)
+        findings += transport_findings(p, layout, counters, coll, nic_anomalies(counters, ports), ports,
+                                       best_bus=best_bus_Bps(history.bus_reference, inter_node_groups(coll, MIN_COLL_BYTES)))
     findings = _one_per_culprit(findings)
     lo = _first_step(d)
     first_step = history.first_step if history.first_step >= 0 else (lo if lo is not None else -1)
@@ -148,7 +153,9 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
     new_history = with_window(history, p if enough else None, d.start_ns, streak, regressed)
     new_history = msgspec.structs.replace(new_history, first_step=first_step)
     if p is not None and enough:
-        new_history = msgspec.structs.replace(new_history, pauses=[*history.pauses, pause_now][-(PAUSE_WINDOWS - 1):])
+        new_history = msgspec.structs.replace(
+            new_history, pauses=[*history.pauses, pause_now][-(PAUSE_WINDOWS - 1):],
+            bus_reference=remember_bus(history.bus_reference, fabric, {g.name: bus_bandwidth(g) for g in fabric}))
     prices = finding_costs(window_cost(d, p.ranks, layout.peer_groups(p.ranks)) if p is not None and enough else None,
                            findings,
                            meta.world_size if meta is not None and meta.world_size else 0)
@@ -352,7 +359,8 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
     seen: set[tuple[int, int]] = set()
     for c in (abnormal_cells(p, gpu_roles, kernels=True) + abnormal_cells(p, roles, kernels=False)
               + node_cells(p, gpu_roles, layout.rank_node, kernels=True)
-              + node_cells(p, roles, layout.rank_node, kernels=False)):
+              + node_cells(p, roles, layout.rank_node, kernels=False)
+              + host_category_cells(p, roles)):
         if (c.slot, c.fn) not in seen:  # the plain peer test's cell first, where both see one
             seen.add((c.slot, c.fn))
             by_slot[c.slot].append(c)
@@ -428,7 +436,7 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             evidence.update({k: v for k, v in attr.gpu_evidence(counters, rank, peers).items() if "pcie" in k})
             what = "memory copies"
         elif cat == "loader":
-            component, why = attr.loader_component(counters, node)
+            component, why = attr.loader_component(counters, node, bursty=not steady)
             what = "data loading"
         else:
             component, why = attr.host_component(counters, node)

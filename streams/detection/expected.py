@@ -80,11 +80,14 @@ def _share_beta(p: Patterns, kinds: tuple[int, ...]) -> np.ndarray:
 
 
 def expected_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
-                      anomalies: list[NicAnomaly], step_ns: float, ports: PortMap | None = None) -> list[Finding]:
+                      anomalies: list[NicAnomaly], step_ns: float, ports: PortMap | None = None,
+                      best_bus: dict[str, float] | None = None) -> list[Finding]:
     """Job-wide findings against what a healthy job looks like (loader and host shares, the fabric's bandwidth).
 
     ``ports``: the window's :func:`.ports.classify` of ``counters``, when the
     caller has it (classified here otherwise: ~5 ms at 1,024 ranks).
+    ``best_bus``: each inter-node communicator's best earlier bus bandwidth in this
+    job (:mod:`.bus_reference`), a measured floor under the links' capacity.
     """
     out: list[Finding] = []
     all_ranks = [int(r) for r in p.ranks]
@@ -105,7 +108,7 @@ def expected_findings(p: Patterns, layout: Layout, counters: CounterSummary, col
                                                 else "too few DataLoader workers or a slow input pipeline")),
         ))
 
-    collective = _collective_findings(p, layout, counters, coll, anomalies, ports)
+    collective = _collective_findings(p, layout, counters, coll, anomalies, ports, best_bus)
     python = _share_beta(p, (K_PYTHON, K_OPTIM, K_OTHER))
     config = [f for f in collective if f.component == "config"]
     if np.median(python) >= PYTHON_BETA and np.mean(python >= PYTHON_BETA / 2) >= RANK_SHARE and config:
@@ -373,11 +376,14 @@ def _inter_node_ranks(coll: CollectiveStats, layout: Layout) -> dict[str, int]:
 
 def inter_node_bandwidth_ratio(coll: CollectiveStats, counters: CounterSummary,
                                layout: Layout | None = None, ports: PortMap | None = None,
-                               cap: float | None = None) -> tuple[float, list[str]]:
+                               cap: float | None = None,
+                               best: dict[str, float] | None = None) -> tuple[float, list[str]]:
     """Median over inter-node communicators of bus bandwidth / a rank's rail capacity.
 
     Send / recv pairs are left out: their time holds the pipeline bubble.
     ``cap``: that capacity, when the caller has it (:func:`link_capacity_Bps` with ``layout``'s ranks).
+    ``best``: each communicator's best earlier bus bandwidth in this job
+    (:mod:`.bus_reference`), a measured floor under its path's capacity.
     """
     if cap is None:
         cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout) if layout is not None else None)
@@ -385,11 +391,14 @@ def inter_node_bandwidth_ratio(coll: CollectiveStats, counters: CounterSummary,
               and g.bytes_per_step >= MIN_COLL_BYTES and np.isfinite(g.bandwidth)]
     if not groups or not np.isfinite(cap):
         return float("nan"), []
-    return float(np.median([bus_bandwidth(g) / cap for g in groups])), [g.name for g in groups]
+    best = best or {}
+    return (float(np.median([bus_bandwidth(g) / max(cap, best.get(g.name, 0.0)) for g in groups])),
+            [g.name for g in groups])
 
 
 def transport_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
-                       anomalies: list[NicAnomaly], ports: PortMap | None = None) -> list[Finding]:
+                       anomalies: list[NicAnomaly], ports: PortMap | None = None,
+                       best_bus: dict[str, float] | None = None) -> list[Finding]:
     """NCCL off its RDMA path only: what a job window of one or two steps may still say.
 
     Such a window comes from steps longer than the stall bound (steps.py): NCCL
@@ -400,18 +409,22 @@ def transport_findings(p: Patterns, layout: Layout, counters: CounterSummary, co
     """
     # Only the bandwidth against the links: NVLink's counters, sampled every few seconds,
     # can miss every burst of one or two steps' collectives.
-    return [f for f in _collective_findings(p, layout, counters, coll, anomalies, ports) if f.component == "config"
+    return [f for f in _collective_findings(p, layout, counters, coll, anomalies, ports, best_bus) if f.component == "config"
             and min(f.evidence.get("inter_node_bandwidth_share_of_link", {}).get("median", 1.0),
                     f.evidence.get("bypassed_ports", {}).get("share_of_link", 1.0)) < BW_CONFIG]
 
 
 def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
-                         anomalies: list[NicAnomaly], ports: PortMap | None = None) -> list[Finding]:
+                         anomalies: list[NicAnomaly], ports: PortMap | None = None,
+                         best_bus: dict[str, float] | None = None) -> list[Finding]:
     out: list[Finding] = []
     all_ranks = [int(r) for r in p.ranks]
     ports = ports if ports is not None else classify(counters)
     cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout))
-    ratio, names = inter_node_bandwidth_ratio(coll, counters, layout, ports, cap)
+    counted, names = inter_node_bandwidth_ratio(coll, counters, layout, ports, cap)
+    # Against the larger of the counted capacity and the job's own best (bus_reference): a
+    # communicator that once ran above the count proves the count low.
+    ratio = inter_node_bandwidth_ratio(coll, counters, layout, ports, cap, best_bus)[0] if best_bus else counted
     duty = (_transfer_ns(coll, set(names)) / max(float(np.nanmedian(p.step_time_ns)), 1.0)
             if names and p.step_time_ns.size else float("nan"))
     relative = {a.node for a in anomalies if a.kind == "congested" and _material_marks(a, counters, p.window_ns / 1e9, duty)}
@@ -427,6 +440,10 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
                                                            "groups": names[:8], "ports": ports.summary(),
                                                            # what the cost of a slow fabric is priced from
                                                            "transfer_ns_per_step": _transfer_ns(coll, set(names))}
+        if ratio != counted:
+            evidence["inter_node_bandwidth_share_of_link"].update(
+                {"of_counted_links": round(counted, 4),
+                 "job_best_bus_Bps": {k: round(v) for k, v in sorted(best_bus.items())[:8]} if best_bus else {}})
         evidence["collective_ns_per_step"] = _collective_exposure(p, coll)
     # Several nodes marked: the fabric. A node whose rails report no congestion counters at
     # all (the vendor hw_counters are optional) cannot say it is quiet: one marked node
@@ -456,7 +473,7 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
         reasons.append(f"inter-node collectives at {ratio:.1%} of the {cap * 8 / 1e9:.0f} Gb/s links "
                        f"(NCCL over TCP sockets instead of RDMA?)")
     elif np.isfinite(ratio) and not hw:
-        bypass = _bypassed_path(ports, counters, coll, layout, ratio * cap)
+        bypass = _bypassed_path(ports, counters, coll, layout, counted * cap)
         if bypass is not None and bypass["share_of_link"] < BW_CONFIG:
             evidence["bypassed_ports"] = bypass
             ratio = bypass["share_of_link"]

@@ -45,6 +45,9 @@ class JobHistory(msgspec.Struct):
     carry: WindowDigest | None = None
     # the sporadic host pauses of the last job windows (GC on varying ranks is a pattern in time)
     pauses: list[PauseWindow] = []
+    # inter-node communicator -> [its best bus bandwidth so far (B/s), the bytes per step it moved]
+    # (bus_reference.py: a measured floor under the links' capacity)
+    bus_reference: dict[str, list[float]] = {}
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -93,6 +93,58 @@ def abnormal_cells(p: Patterns, roles: dict[int, np.ndarray], kernels: bool | No
     return cells
 
 
+def host_category_cells(p: Patterns, roles: dict[int, np.ndarray]) -> list[Cell]:
+    """Cells of a rank whose host functions, *summed*, stand out from its role's, though none does alone.
+
+    A CPU-starved process (another job's threads on its cores, a runaway agent)
+    slows every host function by the same factor. Where they are many and each is
+    short (forward and backward launch loops of 1-3 ms in a 0.5 s step) no single
+    one clears the peer test's floor of 0.1% of a step in spread, while their sum
+    costs the step 2%: the independent generator's CPU contention on a node, 3-4x
+    slower in every host frame, went unseen. The sum over the category is the
+    statistic of that cause, tested as one function with the peer test's bars
+    (:func:`_hit`; the floor is still 0.1% of a step, now of the sum). For a rank
+    it flags, each host function at least :data:`MIN_RATIO` slower than its peers
+    and above the per-cell crumb is a cell, with the sum's z (the rank's finding
+    then adds them up and must still reach the detector's RANK_MATERIAL).
+    Loader, I/O, kernels, copies and collectives keep their own tests.
+    """
+    step = float(np.nanmedian(p.step_time_ns)) if p.step_time_ns.size else 0.0
+    cells: list[Cell] = []
+    host = [f for f in range(len(p.fn_names)) if _tested(p, f, False) and category_of(int(p.fn_kinds[f])) == "host"]
+    if step <= 0 or len(host) < 2:
+        return cells
+    floor = 0.001 * step
+    metric = p.per_step_ns[:, host]
+    for members in roles.values():
+        if members.size < MIN_PEERS:
+            continue
+        block = metric[members]
+        # functions most of the role runs (a function some ranks lack would make their sums unlike)
+        common = np.isfinite(block).mean(axis=0) >= 0.5
+        if common.sum() < 2:
+            continue
+        total = np.nansum(block[:, common], axis=1)
+        loo = leave_one_out_median(total)
+        z, _, _ = robust_z(total, abs_floor=floor)
+        ratio = total / np.maximum(loo, floor)
+        hit = _hit(ratio, z, total - loo, step)
+        for i in np.flatnonzero(hit):
+            for j in np.flatnonzero(common):
+                col = block[:, j]
+                ok = np.isfinite(col)
+                if not ok[i] or ok.sum() < MIN_PEERS:
+                    continue
+                x = col[ok]
+                k = int(np.flatnonzero(np.flatnonzero(ok) == i)[0])
+                med = float(leave_one_out_median(x)[k])
+                v = float(col[i])
+                r = v / max(med, floor)
+                if r >= MIN_RATIO and v - med >= MIN_MATERIAL * step:
+                    cells.append(Cell(int(members[i]), host[int(j)], v, med, r, float(z[i]), v - med, int(ok.sum() - 1)))
+    return cells
+
+
 def node_cells(p: Patterns, roles: dict[int, np.ndarray], rank_node: dict[int, str],
                kernels: bool | None = None) -> list[Cell]:
     """Abnormal cells of a node that holds half or more of its role, judged against the role's other nodes.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .patterns import K_COLL, K_IO, K_KERNEL, K_LOADER, K_MEMCPY, K_PYTHON, Patterns
-from .peers import MIN_PEERS, abnormal_cells, category_of, node_cells, role_ratio
+from .peers import MIN_PEERS, abnormal_cells, category_of, host_category_cells, node_cells, role_ratio
 
 MS = 1e6
 STEP_NS = 1000 * MS
@@ -146,3 +146,31 @@ def test_two_healthy_nodes_that_differ_by_noise_are_not_abnormal():
     m = noisy(16, 1, level_ms=10.0)
     m[8:, 0] *= 1.05          # 5% apart: under MIN_RATIO, and within the z floor of 2% of the median
     assert node_cells(patterns(m, [K_PYTHON]), one_role(16), _two_nodes()) == []
+
+
+def test_many_short_host_functions_slower_together_are_found_by_their_sum():
+    # A CPU-starved node: six 1-3 ms host frames each 3-4x slower on 8 of 32 ranks. Each one's
+    # excess (2-7 ms) is within a few floors of 0.1% of a step (1 ms): under the peer test's z alone,
+    # but their sum (~20 ms a step) is far outside the role's spread.
+    levels = np.array([0.9, 1.6, 0.5, 1.0, 0.3, 1.2])
+    m = np.tile(levels * MS, (32, 1)) * (1 + np.linspace(-0.01, 0.01, 32))[:, None]
+    m = np.hstack([m, np.full((32, 1), 400 * MS)])              # a kernel: not host, not summed
+    slow = list(range(16, 24))
+    m[slow, :6] *= 3.5
+    p = patterns(m, [K_PYTHON] * 6 + [K_KERNEL])
+    per_fn = {c.slot for c in abnormal_cells(p, one_role(32), kernels=False)}
+    assert not set(slow) <= per_fn                                  # the per-function test sees some at most
+    cells = host_category_cells(p, one_role(32))
+    assert {c.slot for c in cells} == set(slow)
+    # each frame above the per-cell crumb (0.2% of the step: 2 ms) is a cell, with the sum's z
+    big = [0, 1, 3, 5]
+    assert all(sorted(c.fn for c in cells if c.slot == r) == big for r in slow)
+    assert all(c.ratio >= 2 and c.z >= 5 for c in cells)
+    want = 2.5 * levels[big].sum() * MS
+    assert all(abs(sum(c.excess for c in cells if c.slot == r) - want) < 0.05 * want for r in slow)
+    # healthy: nothing; one rank 5% slower in every host frame: under MIN_RATIO, nothing
+    healthy = patterns(np.tile(levels * MS, (32, 1)) * (1 + np.linspace(-0.01, 0.01, 32))[:, None], [K_PYTHON] * 6)
+    assert host_category_cells(healthy, one_role(32)) == []
+    m2 = np.tile(levels * MS, (32, 1)) * (1 + np.linspace(-0.01, 0.01, 32))[:, None]
+    m2[5] *= 1.05
+    assert host_category_cells(patterns(m2, [K_PYTHON] * 6), one_role(32)) == []

@@ -1,0 +1,79 @@
+"""The job's own best bus bandwidth per inter-node communicator: a floor under the link capacity.
+
+The fabric tests (:func:`.expected.inter_node_bandwidth_ratio`) compare what
+the inter-node collectives carry (NCCL's bus bandwidth) with the capacity of
+the links under them, which the detector can only count: the rails that carry
+the collectives, shared by the ranks of a node that take part. The count is a
+model, and real layouts break it. A DP ring of 16 ranks over 4 nodes crosses
+each node boundary once per channel, so the node's rails are shared by its
+*rings*, not by its ranks; NCCL spreads its channels over rails that some
+windows' counters read idle. An independent generator's 4-node job ran its DP
+rings at 45 GB/s bus bandwidth against a counted 25 GB/s, and congestion that
+halved it then read as 96% "of the links": never a finding.
+
+A communicator's bus bandwidth cannot exceed the capacity of the path it
+takes, so the highest bus bandwidth the same communicator reached earlier in
+this job, for the same bytes per step, is a lower bound on that capacity,
+measured rather than modelled. The capacity the fabric tests use is the larger
+of the count and this floor, per communicator. A job that has only ever run
+slow (NCCL over TCP from its start) keeps the count, so nothing it found
+before changes; a job that ran at full speed and then slows is measured
+against itself.
+
+Only the maximum is kept (a slowed window can never lower it), and only for
+the same bytes per step: an evaluation phase, a changed bucket size or a
+different batch is another workload, and starts its own reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .collectives import CollectiveStats, GroupStats
+
+# Bytes per step within 10% are the same transfers: the per-step mean varies with how many
+# calls fall into the window's whole steps (a gradient-accumulation boundary, a last partial
+# bucket), far less than any change of the workload (a different bucket or batch size).
+SAME_BYTES = 0.10
+
+
+def inter_node_groups(coll: CollectiveStats, min_bytes: float) -> list[GroupStats]:
+    """The communicators whose bus bandwidth measures the fabric (send / recv hold the pipeline bubble)."""
+    return [g for g in coll.groups if not g.intra_node and not g.p2p and np.isfinite(g.bytes_per_step)
+            and g.bytes_per_step >= min_bytes and np.isfinite(g.bandwidth) and g.bandwidth > 0]
+
+
+def best_bus_Bps(reference: dict[str, list[float]], groups: list[GroupStats]) -> dict[str, float]:
+    """Each communicator's best earlier bus bandwidth, where it moved the same bytes per step then."""
+    out: dict[str, float] = {}
+    for g in groups:
+        ref = reference.get(g.name)
+        if ref and _same_bytes(ref[1], g.bytes_per_step):
+            out[g.name] = ref[0]
+    return out
+
+
+def remember_bus(reference: dict[str, list[float]], groups: list[GroupStats],
+                 bus_Bps: dict[str, float]) -> dict[str, list[float]]:
+    """The reference after a window: per communicator ``[best bus bandwidth, bytes per step]``.
+
+    ``bus_Bps``: this window's bus bandwidth of each group (the fabric test's own
+    reading, :func:`.expected.bus_bandwidth`). Other bytes per step replace the entry:
+    a new workload phase, which the old level says nothing about.
+    """
+    out = {k: list(v) for k, v in reference.items()}
+    for g in groups:
+        bw = bus_Bps.get(g.name)
+        if bw is None or not np.isfinite(bw) or bw <= 0:
+            continue
+        ref = out.get(g.name)
+        if ref and _same_bytes(ref[1], g.bytes_per_step):
+            if bw > ref[0]:
+                out[g.name] = [float(bw), ref[1]]
+        else:
+            out[g.name] = [float(bw), float(g.bytes_per_step)]
+    return out
+
+
+def _same_bytes(ref_bytes: float, nbytes: float) -> bool:
+    return bool(np.isfinite(ref_bytes) and ref_bytes > 0 and abs(nbytes - ref_bytes) <= SAME_BYTES * ref_bytes)
