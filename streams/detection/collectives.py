@@ -18,7 +18,10 @@ from eroica.models.columns import OP_CODE, Columns
 from eroica.models.records import COLLECTIVE_OPS
 from eroica.models.digest import CollRows, WindowDigest
 
-from .grouping import dense_ids, dense_ids_by_sort, group_count, group_max, group_min, group_quantiles, group_sum
+from .grouping import (dense_ids, dense_ids_by_sort, group_count, group_max, group_min, group_quantiles, group_sum,
+                       stable_argsort)
+# By its installed name, as fn_rows imports it (numba's cache records it).
+from eroica.streams.detection.kernels import loaded
 from .patterns import K_COLL
 
 _P2P_OPS = np.array([OP_CODE["send"], OP_CODE["recv"]], dtype=np.int8)
@@ -68,13 +71,23 @@ def summarise_collectives(fn: Columns) -> CollRows:
     if not sel.size:
         return CollRows()
     rank, step, grp = a["rank"][sel], a["step"][sel], a["group"][sel]
-    ids, n, first = dense_ids_by_sort(rank, grp, step)  # (rank, communicator, step): too many to count by table
-    nbytes = a["bytes"][sel].astype(np.float64)
-    known = nbytes >= 0
-    b = group_sum(ids, np.where(known, nbytes, 0.0), n)
-    b[group_count(ids[known], n) == 0] = np.nan
-    vocab = np.asarray(fn.vocab["group"], dtype=object)
     op = a["op"][sel]
+    grouped = _grouped(rank, grp, step, a["bytes"][sel], a["dur_ns"][sel], op)
+    if grouped is not None:
+        ids, n, first, b, dur, calls, p2p, op_max = grouped
+    else:
+        ids, n, first = dense_ids_by_sort(rank, grp, step)  # (rank, communicator, step): too many to count by table
+        nbytes = a["bytes"][sel].astype(np.float64)
+        known = nbytes >= 0
+        b = group_sum(ids, np.where(known, nbytes, 0.0), n)
+        b[group_count(ids[known], n) == 0] = np.nan
+        dur = group_sum(ids, a["dur_ns"][sel], n).astype(np.int64)
+        calls = group_count(ids, n)
+        # Per group: any send / recv call, and the largest op code (every group has a call: no empty group to fill).
+        p2p = np.bincount(ids, weights=(op == _P2P_OPS[0]) | (op == _P2P_OPS[1]), minlength=n) > 0
+        op_max = np.full(n, np.iinfo(np.int64).min)
+        np.maximum.at(op_max, ids, op.astype(np.int64))
+    vocab = np.asarray(fn.vocab["group"], dtype=object)
     names = vocab[grp[first]]
     # A collector that reports no communicator id: calls of the same op in the same
     # step are taken as one job-wide communicator, enough to tell who waited least.
@@ -86,15 +99,50 @@ def summarise_collectives(fn: Columns) -> CollRows:
         op_first = op[order[np.r_[True, ids[order][1:] != ids[order][:-1]]]]
         names[unnamed] = np.array([f"*{COLLECTIVE_OPS[o] if o >= 0 else 'collective'}" for o in op_first[unnamed]],
                                   dtype=object)
-    # Per group: any send / recv call, and the largest op code (every group has a call: no empty group to fill).
-    p2p = np.bincount(ids, weights=(op == _P2P_OPS[0]) | (op == _P2P_OPS[1]), minlength=n) > 0
-    op_max = np.full(n, np.iinfo(np.int64).min)
-    np.maximum.at(op_max, ids, op.astype(np.int64))
     return CollRows(
         rank=rank[first].tolist(), group=names.tolist(), step=step[first].tolist(),
-        dur_ns=group_sum(ids, a["dur_ns"][sel], n).astype(np.int64).tolist(), bytes=b.tolist(),
-        calls=group_count(ids, n).tolist(), p2p=p2p.tolist(), op=op_max.tolist(),
+        dur_ns=dur.tolist(), bytes=b.tolist(), calls=calls.tolist(), p2p=p2p.tolist(), op=op_max.tolist(),
     )
+
+
+def _grouped(rank: np.ndarray, grp: np.ndarray, step: np.ndarray, nbytes: np.ndarray, dur: np.ndarray,
+             op: np.ndarray) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                      np.ndarray] | None:
+    """The (rank, communicator, step) groups of the calls and their figures as :func:`summarise_collectives`'s
+    numpy path has them (ids, count, first calls, byte sums, duration sums, calls, p2p, largest op), by
+    the compiled :func:`.kernels._coll_groups_source`; None without the kernels, where the ranks are too
+    sparse for a counting sort of them or the keys too wide to pack, or where a sum could reach 2**53 (then
+    float sums in record order decide)."""
+    ks = loaded()
+    n = rank.size
+    if ks is None or n < 2 or any(k.dtype.kind not in "iu" or (k.dtype.kind == "u" and k.dtype.itemsize >= 8)
+                                  for k in (rank, grp, step, nbytes, dur, op)):
+        return None
+    lows = [int(k.min()) for k in (rank, grp, step)]
+    w_rank, w_grp, w_step = (int(k.max()) - lo + 1 for k, lo in zip((rank, grp, step), lows))
+    bound = max(abs(int(nbytes.max())), abs(int(nbytes.min())), abs(int(dur.max())), abs(int(dur.min())))
+    if w_rank > 4 * n or w_grp * w_step >= 1 << 62 or bound * n >= 2**53:
+        return None
+    minor = grp.astype(np.int64)
+    minor -= lows[1]
+    minor *= w_step
+    minor += step
+    minor -= lows[2]
+    r = rank.astype(np.int64)
+    r -= lows[0]
+    # (rank, minor, index) order: stable by minor (a radix sort of 16 bits), then the kernel's counting sort of ranks
+    by_minor = np.argsort(minor.astype(np.uint16), kind="stable") if w_grp * w_step <= 1 << 16 else stable_argsort(minor)
+    perm, step_start = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    g = ks.rows(r[by_minor], w_rank, minor[by_minor], perm, np.empty(w_rank + 1, dtype=np.int64), step_start)
+    ids = np.empty(n, dtype=np.int64)
+    first, b_sum, known, dur_sum, calls, op_max = (np.empty(g, dtype=np.int64) for _ in range(6))
+    p2p = np.empty(g, dtype=np.bool_)
+    ks.coll_groups(by_minor[perm], step_start, g, nbytes.astype(np.int64, copy=False),
+                   dur.astype(np.int64, copy=False), op.astype(np.int64), int(_P2P_OPS[0]), int(_P2P_OPS[1]),
+                   ids, first, b_sum, known, dur_sum, calls, p2p, op_max)
+    b = b_sum.astype(np.float64)
+    b[known == 0] = np.nan
+    return ids, g, first, b, dur_sum, calls, p2p, op_max
 
 
 def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, str]) -> CollectiveStats:

@@ -403,33 +403,37 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
     else:
         part = _parts(slot, n_r, steps_, own)
         cell, n_cells = dense_ids_only(slot, fid, part)
-    total = group_sum(cell, dur if own is None else np.where(own, dur, 0), n_cells)
-    excl_sum = group_sum(cell, excl, n_cells)
-    g = _RowSteps(cell, n_cells, steps_, ks)
-    # Durations sorted per row by one sort of (row, duration): no result depends on the order within a row.
-    if own is None:
-        sv, count, starts = _row_sorted(cell, dur, n_cells)
-        q = sorted_quantiles(sv, count, starts, (0.5, 0.9, 0.99))
-    else:  # calls are the own records
-        sv, count, _ = _row_sorted(cell[own], dur[own], n_cells)
-        q = sorted_quantiles(sv, count, np.concatenate(([0], np.cumsum(count)[:-1])), (0.5, 0.9, 0.99))
-        q[:, count == 0] = 0.0  # a row of continuations only: no call of its own here
-        every_count = np.bincount(cell, minlength=n_cells)
-        starts = np.concatenate(([0], np.cumsum(every_count)[:-1]))
+    stats = None if ks is None else _row_stats(ks, cell, n_cells, steps_, dur, excl, kinds, own)
+    if stats is not None:
+        count, total, excl_sum, q, per_step, low, fn_steps, rows = stats
+    else:
+        total = group_sum(cell, dur if own is None else np.where(own, dur, 0), n_cells)
+        excl_sum = group_sum(cell, excl, n_cells)
+        g = _RowSteps(cell, n_cells, steps_, ks)
+        # Durations sorted per row by one sort of (row, duration): no result depends on the order within a row.
+        if own is None:
+            sv, count, starts = _row_sorted(cell, dur, n_cells)
+            q = sorted_quantiles(sv, count, starts, (0.5, 0.9, 0.99))
+        else:  # calls are the own records
+            sv, count, _ = _row_sorted(cell[own], dur[own], n_cells)
+            q = sorted_quantiles(sv, count, np.concatenate(([0], np.cumsum(count)[:-1])), (0.5, 0.9, 0.99))
+            q[:, count == 0] = 0.0  # a row of continuations only: no call of its own here
+            every_count = np.bincount(cell, minlength=n_cells)
+            starts = np.concatenate(([0], np.cumsum(every_count)[:-1]))
 
-    # Per-step cost, then its median and low quantile over the row's steps.
-    own_dur = _own_duration(kinds)
-    cost = np.where(own_dur, dur, excl)
-    if cont is not None:
-        cost[cont & own_dur] = 0
-    del own_dur
-    step_cost = g.sums(cost)
-    del cost
-    sv, count_s, starts_s = _row_sorted(g.step_cell, step_cost, n_cells)
-    per_step, low = sorted_quantiles(sv, count_s, starts_s, (0.5, LOW_Q))
-    fn_steps = count_s.astype(np.int64, copy=False)
-    rows = np.minimum.reduceat(g.perm, starts)  # each row's first record (dense_ids' representative)
-    del g, sv
+        # Per-step cost, then its median and low quantile over the row's steps.
+        own_dur = _own_duration(kinds)
+        cost = np.where(own_dur, dur, excl)
+        if cont is not None:
+            cost[cont & own_dur] = 0
+        del own_dur
+        step_cost = g.sums(cost)
+        del cost
+        sv, count_s, starts_s = _row_sorted(g.step_cell, step_cost, n_cells)
+        per_step, low = sorted_quantiles(sv, count_s, starts_s, (0.5, LOW_Q))
+        fn_steps = count_s.astype(np.int64, copy=False)
+        rows = np.minimum.reduceat(g.perm, starts)  # each row's first record (dense_ids' representative)
+        del g, sv
 
     fn_vocab, stack_vocab = np.asarray(vocab["fn"], dtype=object), np.asarray(vocab["stack"], dtype=object)
     fn_cols = {
@@ -458,6 +462,37 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
                  "step_time_ns": step_time, "step": part[rp_rows], "start_ns": rp_lo.astype(np.int64) + base,
                  "end_ns": rp_hi.astype(np.int64) + base}
     return fn_cols, rank_cols
+
+
+def _row_stats(ks: Kernels, cell: np.ndarray, n_cells: int, steps: np.ndarray, dur: np.ndarray, excl: np.ndarray,
+               kinds: np.ndarray, own: np.ndarray | None) -> tuple[np.ndarray, ...] | None:
+    """The rows' count, duration sum, exclusive sum, duration quantiles, per-step cost quantiles, steps and first
+    record, as the numpy path of :func:`_summarise_ranks` takes them, by one pass of the compiled
+    :func:`.kernels._row_stats_source` over the records in (row, step) order; None where a sum could reach
+    2**53 (that path then sums floats in record order) or durations are not integers."""
+    n = cell.size
+    if dur.dtype.kind != "i" or excl.dtype.kind != "i" or not n:
+        return None
+    bound = max(abs(int(dur.max())), abs(int(dur.min())), abs(int(excl.max())), abs(int(excl.min())))
+    if bound * n >= 2**53:
+        return None
+    perm = np.empty(n, dtype=np.int64)
+    bounds = np.empty(n_cells + 1, dtype=np.int64)
+    step_start = np.empty(n, dtype=np.int64)
+    m = ks.rows(cell.astype(np.int64, copy=False), n_cells, steps.astype(np.int64, copy=False), perm, bounds,
+                step_start)
+    count, fn_steps, first = (np.empty(n_cells, dtype=np.int64) for _ in range(3))
+    total, excl_sum = np.empty(n_cells), np.empty(n_cells)
+    q, step_q = np.empty((3, n_cells)), np.empty((2, n_cells))
+    ks.row_stats(perm, bounds, step_start, m, dur.astype(np.int64, copy=False), excl.astype(np.int64, copy=False),
+                 _own_duration(kinds), _NO_RECORDS if own is None else own, own is None, _FN_QS, _STEP_QS, count,
+                 total, excl_sum, q, step_q, fn_steps, first)
+    return count, total, excl_sum, q, step_q[0], step_q[1], fn_steps, first
+
+
+_FN_QS = np.array([0.5, 0.9, 0.99])
+_STEP_QS = np.array([0.5, LOW_Q])
+_NO_RECORDS = np.zeros(0, dtype=bool)
 
 
 def _parts(slot: np.ndarray, n_r: int, steps: np.ndarray, own: np.ndarray | None) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Compiled loops of the summariser's function rows: exclusive time by priority level, step spans, grouping.
+"""Compiled loops of the summariser: exclusive time by priority level, step spans, grouping, row figures, collectives.
 
 Why: :func:`.fn_rows.summarise_fn` spends most of its time in two places
 that numpy can only do in several passes. The exclusive time of every span
@@ -10,7 +10,12 @@ size; the step span of each (rank, step) is three scatters
 step) and of each of its steps are found by a sort of the whole block
 (packed keys, numpy's quicksort), where a counting sort by row suffices.
 Each is one pass over the records here,
-compiled by numba (the ``fast`` extra) when it is installed.
+compiled by numba (the ``fast`` extra) when it is installed. So are, once the
+records are in (row, step) order, every per-row figure (counts, sums,
+duration quantiles, per-step cost quantiles: :func:`_row_stats_source`,
+where numpy took a sort of packed keys per figure and a scatter per sum),
+and the per-(rank, communicator, step) sums of the collective calls
+(:func:`_coll_groups_source`).
 
 The sources are plain Python over numpy arrays, so that the tests run them
 interpreted as well as compiled; they are compiled on first use
@@ -209,12 +214,142 @@ def _rows_source(cell: np.ndarray, n_cells: int, steps: np.ndarray, perm: np.nda
     return m
 
 
+def _row_stats_source(perm: np.ndarray, bounds: np.ndarray, step_start: np.ndarray, n_groups: int,
+                      dur: np.ndarray, excl: np.ndarray, own_dur: np.ndarray, own: np.ndarray, all_own: bool,
+                      fn_qs: np.ndarray, step_qs: np.ndarray, count: np.ndarray, total: np.ndarray,
+                      excl_sum: np.ndarray, q: np.ndarray, step_q: np.ndarray, fn_steps: np.ndarray,
+                      first: np.ndarray) -> None:
+    """Every per-row figure of the function rows in one pass over the records in (row, step) order
+    (:func:`_rows_source`'s ``perm``, ``bounds`` and ``step_start``, ``n_groups`` of them).
+
+    Per row: its first record (``first``), its own records' count, duration sum
+    (``total``) and duration quantiles ``fn_qs`` (``q``, one row per quantile; 0.0
+    for a row without an own record), the exclusive time of all its records
+    (``excl_sum``), and over its steps (``fn_steps`` of them) the quantiles
+    ``step_qs`` of each step's cost (``step_q``). A record's cost is its
+    duration where its kind is judged by its own duration (``own_dur``), else
+    its exclusive time, and nothing for a continuation (not ``own``) of such a
+    kind. ``all_own``: every record is the window's own (``own`` is not read).
+
+    Sums are taken in integers: the caller makes sure no sum can reach 2**53,
+    so each is what ``np.bincount`` gives as a float, in any order. Quantiles
+    are nearest-rank (lower side), ``floor(q * (count - 1) + 0.5)``, of the
+    values sorted in integers, whose conversion to float is monotonic: what
+    :func:`.grouping.sorted_quantiles` takes from the sorted floats.
+    """
+    n = perm.shape[0]
+    n_cells = bounds.shape[0] - 1
+    buf = np.empty(n, dtype=np.int64)
+    sbuf = np.empty(n, dtype=np.int64)
+    g = 0
+    for c in range(n_cells):
+        a = bounds[c]
+        b = bounds[c + 1]
+        k = 0
+        tot = 0
+        ex = 0
+        lo_i = n
+        m = 0
+        s = 0
+        for p in range(a, b):
+            if g < n_groups and step_start[g] == p:  # a row's first position starts a (row, step) too
+                if p > a:
+                    sbuf[m] = s
+                    m += 1
+                    s = 0
+                g += 1
+            i = perm[p]
+            if i < lo_i:
+                lo_i = i
+            x = excl[i]
+            ex += x
+            if all_own or own[i]:
+                d = dur[i]
+                buf[k] = d
+                k += 1
+                tot += d
+                s += d if own_dur[i] else x
+            elif not own_dur[i]:
+                s += x
+        if b > a:
+            sbuf[m] = s
+            m += 1
+        first[c] = lo_i
+        count[c] = k
+        total[c] = float(tot)
+        excl_sum[c] = float(ex)
+        fn_steps[c] = m
+        for which in range(2):  # the row's durations, then its step costs, sorted: insertion sorts of short rows
+            v = buf if which == 0 else sbuf
+            size = k if which == 0 else m
+            if size <= 64:
+                for p in range(1, size):
+                    x = v[p]
+                    t = p - 1
+                    while t >= 0 and v[t] > x:
+                        v[t + 1] = v[t]
+                        t -= 1
+                    v[t + 1] = x
+            else:
+                v[:size].sort()
+        for t in range(fn_qs.shape[0]):
+            if k > 0:
+                q[t, c] = float(buf[int(np.floor(fn_qs[t] * (k - 1) + 0.5))])
+            else:
+                q[t, c] = 0.0
+        for t in range(step_qs.shape[0]):
+            step_q[t, c] = float(sbuf[int(np.floor(step_qs[t] * (m - 1) + 0.5))])
+
+
+def _coll_groups_source(order: np.ndarray, starts: np.ndarray, n_groups: int, nbytes: np.ndarray, dur: np.ndarray,
+                        op: np.ndarray, p2p_a: int, p2p_b: int, ids: np.ndarray, first: np.ndarray,
+                        bytes_sum: np.ndarray, known: np.ndarray, dur_sum: np.ndarray, calls: np.ndarray,
+                        p2p: np.ndarray, op_max: np.ndarray) -> None:
+    """Per group of collective calls (``order``: the calls by group, then index; ``starts``: each group's first
+    position in it): each call's group (``ids``), the group's first call, the integer sums of its known
+    (``>= 0``) byte counts and of its durations, how many byte counts it has and how many calls, whether a call
+    is a send or receive (op ``p2p_a`` or ``p2p_b``) and its largest op code. The caller makes sure no sum
+    can reach 2**53 (each is then what ``np.bincount`` gives as a float, in any order).
+    """
+    n = order.shape[0]
+    for g in range(n_groups):
+        lo = starts[g]
+        hi = starts[g + 1] if g + 1 < n_groups else n
+        first[g] = order[lo]
+        b_sum = 0
+        kn = 0
+        d_sum = 0
+        any_p = False
+        o_max = op[order[lo]]
+        for p in range(lo, hi):
+            i = order[p]
+            ids[i] = g
+            b = nbytes[i]
+            if b >= 0:
+                b_sum += b
+                kn += 1
+            d_sum += dur[i]
+            o = op[i]
+            if o == p2p_a or o == p2p_b:
+                any_p = True
+            if o > o_max:
+                o_max = o
+        bytes_sum[g] = b_sum
+        known[g] = kn
+        dur_sum[g] = d_sum
+        calls[g] = hi - lo
+        p2p[g] = any_p
+        op_max[g] = o_max
+
+
 class Kernels(NamedTuple):
     """The kernels, compiled (or, for tests, interpreted)."""
 
     exclusive: Callable[[np.ndarray, np.ndarray, int, int, np.ndarray], None]
     spans: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
     rows: Callable[[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray], int]
+    row_stats: Callable[..., None]
+    coll_groups: Callable[..., None]
 
 
 _kernels: Kernels | None = None
@@ -227,7 +362,7 @@ _records_seen = 0
 FAST_AFTER_RECORDS = int(os.environ.get("EROICA_SPAN_KERNELS_AFTER", 4 << 20))
 
 
-_SOURCES = Kernels(_exclusive_source, _spans_source, _rows_source)
+_SOURCES = Kernels(_exclusive_source, _spans_source, _rows_source, _row_stats_source, _coll_groups_source)
 
 
 def _compiler() -> Callable[[Callable[..., object]], Callable[..., object]] | None:
@@ -286,6 +421,11 @@ def worth_it(records: int) -> Kernels | None:
     return kernels()
 
 
+def loaded() -> Kernels | None:
+    """The kernels if :func:`worth_it` (or :func:`warm`) has loaded them, else None (loads nothing)."""
+    return _kernels
+
+
 def warm() -> bool:
     """Load the kernels now (the very first time: compile them into numba's cache, ~1.5 CPU-s).
 
@@ -311,5 +451,23 @@ def _smoke(ks: Kernels) -> bool:
     bounds = np.empty(3, dtype=np.int64)
     step_start = np.empty(3, dtype=np.int64)
     m = ks.rows(cell, 2, np.array([5, 4, 3], dtype=np.int64), perm, bounds, step_start)
-    return bool(out[0] == 2 and out[1] == 1 and first[0] == 0 and lo[0] == 0 and hi[0] == 4 and m == 3
-                and perm.tolist() == [1, 2, 0])
+    i64, f64 = np.int64, np.float64
+    count, fn_steps, rep = np.empty(2, dtype=i64), np.empty(2, dtype=i64), np.empty(2, dtype=i64)
+    total, excl_sum = np.empty(2, dtype=f64), np.empty(2, dtype=f64)
+    q, step_q = np.empty((3, 2), dtype=f64), np.empty((2, 2), dtype=f64)
+    ks.row_stats(perm, bounds, step_start, m, np.array([2, 3, 4], dtype=i64), np.ones(3, dtype=i64),
+                 np.zeros(3, dtype=bool), np.zeros(0, dtype=bool), True, np.array([0.5, 0.9, 0.99]),
+                 np.array([0.5, 0.05]), count, total, excl_sum, q, step_q, fn_steps, rep)
+    # Calls in groups (0: call 2), (1: calls 0, 1), by group then index; call 1 a receive (op 1) of 10 bytes.
+    ci = np.empty(3, dtype=i64)
+    cf, cb, ck, cd, cc, co = (np.empty(2, dtype=i64) for _ in range(6))
+    cp = np.empty(2, dtype=np.bool_)
+    ks.coll_groups(np.array([2, 0, 1], dtype=i64), np.array([0, 1], dtype=i64), 2, np.array([-1, 10, 5], dtype=i64),
+                   np.array([7, 8, 9], dtype=i64), np.array([0, 1, 2], dtype=i64), 1, 3, ci, cf, cb, ck, cd, cc, cp, co)
+    ok = (ci.tolist() == [1, 1, 0] and cf.tolist() == [2, 0] and cb.tolist() == [5, 10] and ck.tolist() == [1, 1]
+          and cd.tolist() == [9, 15] and cc.tolist() == [1, 2] and cp.tolist() == [False, True]
+          and co.tolist() == [2, 1])
+    return bool(ok and out[0] == 2 and out[1] == 1 and first[0] == 0 and lo[0] == 0 and hi[0] == 4 and m == 3
+                and perm.tolist() == [1, 2, 0] and count.tolist() == [1, 2] and total.tolist() == [3.0, 6.0]
+                and q[0].tolist() == [3.0, 4.0] and fn_steps.tolist() == [1, 2] and rep.tolist() == [1, 0]
+                and step_q[0].tolist() == [1.0, 1.0] and excl_sum.tolist() == [1.0, 2.0])

@@ -13,9 +13,11 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterator
 
+import msgspec
 import numpy as np
 import pytest
 
+from eroica.models.records import COLLECTIVE_OPS
 from eroica.streams.detection import kernels  # the name fn_rows imports it by (numba's cache records it)
 
 from . import fn_rows
@@ -175,3 +177,94 @@ def test_loaded_only_once_worth_it(monkeypatch: pytest.MonkeyPatch) -> None:
         assert kernels.worth_it(60) is kernels.kernels()  # past the threshold: loaded (None without numba)
     finally:
         kernels.use_kernels(None)
+
+
+def _reference_row_stats(cell: np.ndarray, n_cells: int, steps: np.ndarray, dur: np.ndarray, excl: np.ndarray,
+                         own_dur: np.ndarray, own: np.ndarray | None) -> tuple[list[float], ...]:
+    """:func:`fn_rows._row_stats`'s figures row by row, in plain Python (nearest-rank lower quantiles)."""
+    def quant(v: list[int], q: float) -> float:
+        v = sorted(v)
+        return float(v[int(np.floor(q * (len(v) - 1) + 0.5))])
+
+    out: tuple[list[float], ...] = tuple([] for _ in range(10))
+    for c in range(n_cells):
+        idx = np.flatnonzero(cell == c)
+        mine = [int(dur[i]) for i in idx if own is None or own[i]]
+        costs: dict[int, int] = {}
+        for i in idx:
+            keep = own_dur[i] and (own is None or own[i])
+            costs[int(steps[i])] = costs.get(int(steps[i]), 0) + (int(dur[i]) if keep else 0 if own_dur[i]
+                                                                  else int(excl[i]))
+        per = list(costs.values())
+        for k, v in enumerate((len(mine), float(sum(mine)), float(sum(int(excl[i]) for i in idx)),
+                               *(quant(mine, q) if mine else 0.0 for q in (0.5, 0.9, 0.99)),
+                               quant(per, 0.5), quant(per, fn_rows.LOW_Q), len(per), int(idx.min()))):
+            out[k].append(v)
+    return out
+
+
+def _random_rows(rng: np.random.Generator, trial: int) -> tuple[np.ndarray, int]:
+    """Rows of up to 300 records, each with one at least, in record order or sorted; every fifth trial one long
+    row (sorted by its own sort, not by insertion)."""
+    n_cells = int(rng.integers(1, 25))
+    cell = rng.integers(0, n_cells, int(rng.integers(0, 300)))
+    if trial % 5 == 0:
+        cell[: cell.size * 3 // 4] = 0
+    cell = np.concatenate((np.arange(n_cells), cell))
+    return (cell[rng.permutation(cell.size)] if trial % 2 else np.sort(cell)), n_cells
+
+
+def test_row_stats(ks: kernels.Kernels) -> None:
+    rng = np.random.default_rng(9)
+    for trial in range(80):
+        cell, n_cells = _random_rows(rng, trial)
+        m = cell.size
+        steps = rng.integers(0, [1, 3, 90][trial % 3], m) + 10**6
+        dur = rng.integers(-5, [1, 10, 10**9][trial % 3], m)  # ties, zeros, a negative duration
+        excl = rng.integers(0, 10**6, m)
+        own_dur = rng.random(m) < 0.3
+        own = None if trial % 4 else rng.random(m) < 0.7   # continuations: rows of them only too
+        got = fn_rows._row_stats(ks, cell, n_cells, steps, dur, excl, np.where(own_dur, 3, 0).astype(np.int8), own)
+        assert got is not None
+        count, total, excl_sum, q, per_step, low, fn_steps, first = got
+        want = _reference_row_stats(cell, n_cells, steps, dur, excl, fn_rows._own_duration(
+            np.where(own_dur, 3, 0).astype(np.int8)), own)
+        got_lists = (count, total, excl_sum, q[0], q[1], q[2], per_step, low, fn_steps, first)
+        for k, (g, w) in enumerate(zip(got_lists, want)):
+            assert g.tolist() == w, (trial, k)
+    # sums that could reach 2**53: not the kernel's (float sums in record order decide)
+    one = np.zeros(2, dtype=np.int64)
+    assert fn_rows._row_stats(ks, one, 1, one, np.array([2**52, 2**52]), one, one.astype(np.int8), None) is None
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_collectives_with_and_without_kernels(ks: kernels.Kernels, case: int) -> None:
+    from .collectives import _grouped, summarise_collectives
+    from .patterns import K_COLL
+
+    rng = np.random.default_rng(400 + case)
+    for trial in range(30):
+        n = int(rng.integers(1, 800))
+        fn = _window(rng, n, ranks=int(rng.integers(1, 30)), sorted_ranks=bool(trial % 2), in_flight=case == 1)
+        a = fn.arrays
+        a["kind"][rng.random(n) < 0.6] = K_COLL
+        a["group"] = rng.integers(0, 6, n).astype(np.int32)
+        fn.vocab["group"] = ["", "g1", "g2", "tp", "pp", "dp"]
+        a["op"] = rng.integers(-1, len(COLLECTIVE_OPS), n).astype(np.int8)
+        a["bytes"] = np.where(rng.random(n) < 0.3, -1, rng.integers(0, 2**32, n))
+        if case == 2:  # wide step numbers: beyond the counting sorts (the numpy path)
+            a["step"] = a["step"] * 10**9
+        if case == 3:
+            a["dur_ns"][0] = 2**60   # a sum past 2**53: the numpy path
+        sel = np.flatnonzero((a["kind"] == K_COLL) & ~a["in_flight"])
+        used = _grouped(a["rank"][sel], a["group"][sel], a["step"][sel], a["bytes"][sel], a["dur_ns"][sel],
+                        a["op"][sel]) is not None
+        assert used == (sel.size >= 2) or case >= 2   # the kernel's, but for the cases meant for the numpy path
+        got = msgspec.msgpack.encode(summarise_collectives(fn))
+        saved = kernels._kernels
+        kernels.use_kernels("numpy")
+        try:
+            want = msgspec.msgpack.encode(summarise_collectives(fn))
+        finally:
+            kernels._kernels, kernels._failed = saved, False
+        assert got == want, (case, trial)
