@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+# By its installed name, as fn_rows imports it (numba's cache records it).
+from eroica.streams.detection.kernels import loaded
+
 
 def dense_ids(*keys: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
     """Map tuples of integer keys to dense ids 0..G-1.
@@ -91,7 +94,12 @@ def table_slots(*keys: np.ndarray) -> tuple[np.ndarray, int] | None:
 
 
 def _occupied_ids(slot: np.ndarray, space: int) -> tuple[np.ndarray, int]:
-    """Dense ids of table slots: the number of occupied slots before each row's own (key order), and their count."""
+    """Dense ids of table slots: the number of occupied slots before each row's own (key order), and their count
+    (by the compiled :func:`.kernels._slot_ids_source` once the summariser has loaded the kernels)."""
+    ks = loaded()
+    if ks is not None and slot.dtype == np.int64:
+        out = np.empty(slot.size, dtype=np.int64)
+        return out, ks.slot_ids(slot, space, out)
     present = np.zeros(space, dtype=bool)
     present[slot] = True
     code = np.cumsum(present, dtype=np.int64)

@@ -341,6 +341,22 @@ def _coll_groups_source(order: np.ndarray, starts: np.ndarray, n_groups: int, nb
         p2p[g] = any_p
         op_max[g] = o_max
 
+def _slot_ids_source(slot: np.ndarray, space: int, ids: np.ndarray) -> int:
+    """Dense ids of table slots (``0 <= slot < space``): each row's the number of occupied slots before its own
+    (slot order), into ``ids``; returns how many slots are occupied. What :func:`.grouping._occupied_ids` gets
+    from a scatter of flags, their cumulative sum and a gather, in two passes over the rows."""
+    code = np.zeros(space, dtype=np.int64)
+    for i in range(slot.shape[0]):
+        code[slot[i]] = 1
+    g = 0
+    for t in range(space):
+        if code[t]:
+            code[t] = g
+            g += 1
+    for i in range(slot.shape[0]):
+        ids[i] = code[slot[i]]
+    return g
+
 
 class Kernels(NamedTuple):
     """The kernels, compiled (or, for tests, interpreted)."""
@@ -350,6 +366,7 @@ class Kernels(NamedTuple):
     rows: Callable[[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray], int]
     row_stats: Callable[..., None]
     coll_groups: Callable[..., None]
+    slot_ids: Callable[[np.ndarray, int, np.ndarray], int]
 
 
 _kernels: Kernels | None = None
@@ -362,7 +379,8 @@ _records_seen = 0
 FAST_AFTER_RECORDS = int(os.environ.get("EROICA_SPAN_KERNELS_AFTER", 4 << 20))
 
 
-_SOURCES = Kernels(_exclusive_source, _spans_source, _rows_source, _row_stats_source, _coll_groups_source)
+_SOURCES = Kernels(_exclusive_source, _spans_source, _rows_source, _row_stats_source, _coll_groups_source,
+                   _slot_ids_source)
 
 
 def _compiler() -> Callable[[Callable[..., object]], Callable[..., object]] | None:
@@ -467,6 +485,8 @@ def _smoke(ks: Kernels) -> bool:
     ok = (ci.tolist() == [1, 1, 0] and cf.tolist() == [2, 0] and cb.tolist() == [5, 10] and ck.tolist() == [1, 1]
           and cd.tolist() == [9, 15] and cc.tolist() == [1, 2] and cp.tolist() == [False, True]
           and co.tolist() == [2, 1])
+    sid = np.empty(3, dtype=i64)
+    ok = ok and ks.slot_ids(np.array([4, 1, 4], dtype=i64), 6, sid) == 2 and sid.tolist() == [1, 0, 1]
     return bool(ok and out[0] == 2 and out[1] == 1 and first[0] == 0 and lo[0] == 0 and hi[0] == 4 and m == 3
                 and perm.tolist() == [1, 2, 0] and count.tolist() == [1, 2] and total.tolist() == [3.0, 6.0]
                 and q[0].tolist() == [3.0, 4.0] and fn_steps.tolist() == [1, 2] and rep.tolist() == [1, 0]

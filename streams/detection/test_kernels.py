@@ -268,3 +268,16 @@ def test_collectives_with_and_without_kernels(ks: kernels.Kernels, case: int) ->
         finally:
             kernels._kernels, kernels._failed = saved, False
         assert got == want, (case, trial)
+
+
+def test_slot_ids(ks: kernels.Kernels) -> None:
+    rng = np.random.default_rng(10)
+    for trial in range(50):
+        space = int(rng.integers(1, 3000))
+        slot = rng.integers(0, space, int(rng.integers(0, 500)))
+        if trial % 7 == 0:
+            slot[:] = space - 1   # one slot, the last
+        ids = np.empty(slot.size, dtype=np.int64)
+        g = ks.slot_ids(slot, space, ids)
+        uniq, inverse = np.unique(slot, return_inverse=True)
+        assert g == uniq.size and np.array_equal(ids, inverse.ravel())
