@@ -228,6 +228,9 @@ def measure(fn: Callable[[], Any], *, children: bool = False, traced: bool = Fal
         result = fn()
         n = 1
         while min_cpu_s and time.process_time() - m._cpu0 < min_cpu_s and n < MAX_REPEATS:
+            # Each repeat runs as the first did: the previous result dropped (a stage's consumer
+            # takes it away), not kept alive for the collector to walk while the next one is built.
+            result = None
             result = fn()
             n += 1
     u = m.usage
