@@ -329,8 +329,8 @@ def loader_component(counters: CounterSummary, node: str, bursty: bool = False) 
     if _finite(mine) and mine >= IOWAIT_HIGH_PCT and mine >= base + 5.0:
         return "storage", f"iowait {mine:.0f}% vs {base:.0f}% on other nodes"
     if not _finite(mine) and bursty:
-        return "storage", ("DataLoader.__next__ stalls long in a few steps, as reads on slow storage do; "
-                           "no host counters from this node to confirm (iowait)")
+        return "storage", ("slow storage suspected: DataLoader.__next__ stalls long in a few steps, as reads "
+                           "on slow storage do (no host counters from this node to confirm it by iowait)")
     if not _finite(mine):  # no host counters: a loader that waits on reads looks the same from the ranks
         return "dataloader", "DataLoader.__next__ slow; no host counters from this node, so slow storage is not ruled out"
     return "dataloader", "DataLoader.__next__ slow with no I/O wait"

@@ -20,9 +20,16 @@ slow (NCCL over TCP from its start) keeps the count, so nothing it found
 before changes; a job that ran at full speed and then slows is measured
 against itself.
 
-Only the maximum is kept (a slowed window can never lower it), and only for
-the same bytes per step: an evaluation phase, a changed bucket size or a
-different batch is another workload, and starts its own reference.
+The floor is the *second* highest window of the same transfers, not the
+highest: one window's estimate can read high (a communicator's transfer time
+is its fastest member's, and a window of few steps is a small sample), and a
+floor set by one such window would make every ordinary window read slow. A
+level two windows reached is one the path sustains. Only windows can raise it
+(a slowed window never lowers it), and only for the same bytes per step: an
+evaluation phase, a changed bucket size or a different batch is another
+workload. Each communicator keeps the levels of its last few such phases
+(:data:`PHASES`), so training and evaluation taking turns do not wipe each
+other's reference.
 """
 
 from __future__ import annotations
@@ -35,6 +42,10 @@ from .collectives import CollectiveStats, GroupStats
 # calls fall into the window's whole steps (a gradient-accumulation boundary, a last partial
 # bucket), far less than any change of the workload (a different bucket or batch size).
 SAME_BYTES = 0.10
+# Phases remembered per communicator (training, evaluation, a changed bucket size...): each
+# costs three floats of the job's history; the oldest goes when a fifth appears.
+PHASES = 4
+_WIDTH = 3   # one phase: [highest, second highest bus bandwidth (B/s), bytes per step]
 
 
 def inter_node_groups(coll: CollectiveStats, min_bytes: float) -> list[GroupStats]:
@@ -44,36 +55,45 @@ def inter_node_groups(coll: CollectiveStats, min_bytes: float) -> list[GroupStat
 
 
 def best_bus_Bps(reference: dict[str, list[float]], groups: list[GroupStats]) -> dict[str, float]:
-    """Each communicator's best earlier bus bandwidth, where it moved the same bytes per step then."""
+    """Each communicator's sustained best earlier bus bandwidth (the second highest window) for these bytes."""
     out: dict[str, float] = {}
     for g in groups:
-        ref = reference.get(g.name)
-        if ref and _same_bytes(ref[1], g.bytes_per_step):
-            out[g.name] = ref[0]
+        phases = reference.get(g.name, [])
+        k = _phase(phases, g.bytes_per_step)
+        if k is not None and phases[k + 1] > 0:
+            out[g.name] = phases[k + 1]
     return out
 
 
 def remember_bus(reference: dict[str, list[float]], groups: list[GroupStats],
                  bus_Bps: dict[str, float]) -> dict[str, list[float]]:
-    """The reference after a window: per communicator ``[best bus bandwidth, bytes per step]``.
+    """The reference after a window: per communicator, per phase, its two best bus bandwidths and bytes per step.
 
     ``bus_Bps``: this window's bus bandwidth of each group (the fabric test's own
-    reading, :func:`.expected.bus_bandwidth`). Other bytes per step replace the entry:
-    a new workload phase, which the old level says nothing about.
+    reading, :func:`.expected.bus_bandwidth`). A phase is found by its bytes per
+    step; a new one is appended, the oldest dropped past :data:`PHASES`.
     """
     out = {k: list(v) for k, v in reference.items()}
     for g in groups:
         bw = bus_Bps.get(g.name)
         if bw is None or not np.isfinite(bw) or bw <= 0:
             continue
-        ref = out.get(g.name)
-        if ref and _same_bytes(ref[1], g.bytes_per_step):
-            if bw > ref[0]:
-                out[g.name] = [float(bw), ref[1]]
-        else:
-            out[g.name] = [float(bw), float(g.bytes_per_step)]
+        phases = out.setdefault(g.name, [])
+        k = _phase(phases, g.bytes_per_step)
+        if k is None:
+            phases += [float(bw), 0.0, float(g.bytes_per_step)]
+            del phases[:max(0, len(phases) - PHASES * _WIDTH)]
+        elif bw > phases[k]:
+            phases[k:k + 2] = [float(bw), phases[k]]
+        elif bw > phases[k + 1]:
+            phases[k + 1] = float(bw)
     return out
 
 
-def _same_bytes(ref_bytes: float, nbytes: float) -> bool:
-    return bool(np.isfinite(ref_bytes) and ref_bytes > 0 and abs(nbytes - ref_bytes) <= SAME_BYTES * ref_bytes)
+def _phase(phases: list[float], nbytes: float) -> int | None:
+    """Offset of the phase that moved the same bytes per step (the most recent when several do)."""
+    for k in range(len(phases) - _WIDTH, -1, -_WIDTH):
+        ref = phases[k + 2]
+        if np.isfinite(ref) and ref > 0 and abs(nbytes - ref) <= SAME_BYTES * ref:
+            return k
+    return None

@@ -421,10 +421,12 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
     all_ranks = [int(r) for r in p.ranks]
     ports = ports if ports is not None else classify(counters)
     cap = link_capacity_Bps(counters, ports, _inter_node_ranks(coll, layout))
-    counted, names = inter_node_bandwidth_ratio(coll, counters, layout, ports, cap)
-    # Against the larger of the counted capacity and the job's own best (bus_reference): a
-    # communicator that once ran above the count proves the count low.
-    ratio = inter_node_bandwidth_ratio(coll, counters, layout, ports, cap, best_bus)[0] if best_bus else counted
+    ratio, names = inter_node_bandwidth_ratio(coll, counters, layout, ports, cap)
+    # Whether the fabric is *slowed* is judged against the larger of the counted capacity and the
+    # job's own sustained best (bus_reference: a communicator that ran above the count proves the
+    # count low). Whether NCCL is off its RDMA path stays a share of the links themselves: the
+    # job's best says nothing about which transport it used.
+    slowed = inter_node_bandwidth_ratio(coll, counters, layout, ports, cap, best_bus)[0] if best_bus else ratio
     duty = (_transfer_ns(coll, set(names)) / max(float(np.nanmedian(p.step_time_ns)), 1.0)
             if names and p.step_time_ns.size else float("nan"))
     relative = {a.node for a in anomalies if a.kind == "congested" and _material_marks(a, counters, p.window_ns / 1e9, duty)}
@@ -440,16 +442,16 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
                                                            "groups": names[:8], "ports": ports.summary(),
                                                            # what the cost of a slow fabric is priced from
                                                            "transfer_ns_per_step": _transfer_ns(coll, set(names))}
-        if ratio != counted:
+        if slowed != ratio and best_bus:
             evidence["inter_node_bandwidth_share_of_link"].update(
-                {"of_counted_links": round(counted, 4),
-                 "job_best_bus_Bps": {k: round(v) for k, v in sorted(best_bus.items())[:8]} if best_bus else {}})
+                {"of_job_best": round(slowed, 4),
+                 "job_best_bus_Bps": {k: round(v) for k, v in sorted(best_bus.items())[:8]}})
         evidence["collective_ns_per_step"] = _collective_exposure(p, coll)
     # Several nodes marked: the fabric. A node whose rails report no congestion counters at
     # all (the vendor hw_counters are optional) cannot say it is quiet: one marked node
     # beside such a node, with every ring slowed, is the fabric too.
     blind = _nodes_without_congestion_counters(counters, ports)
-    if (np.isfinite(ratio) and ratio < BW_DEGRADED and not hw
+    if (np.isfinite(slowed) and slowed < BW_DEGRADED and not hw
             and (len(congested) >= 2 or (len(congested) == 1 and set(blind) - set(congested)))):
         ev = {**evidence, "congested_nodes": {"culprit": congested}}
         if blind:
@@ -462,18 +464,19 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
                + ("" if set(marked) >= set(congested) else ", and CNP / xmit-wait far above the other ports"))
         out.append(Finding(
             kind="slow", component="network", scope="job", fn=names[0] if names else "",
-            slowdown=float(1.0 / max(ratio, 0.01)), score=float(len(congested)),
-            confidence=_conf(1.0 + (BW_DEGRADED - ratio) / BW_DEGRADED * 2), peers=all_ranks,
+            slowdown=float(1.0 / max(slowed, 0.01)), score=float(len(congested)),
+            confidence=_conf(1.0 + (BW_DEGRADED - slowed) / BW_DEGRADED * 2), peers=all_ranks,
             culprits=[], evidence=ev,
             summary=(f"fabric congestion at {len(congested)} nodes ({', '.join(congested[:4])}): {why}; "
-                     f"inter-node collectives at {ratio:.0%} of link speed"),
+                     f"inter-node collectives at {slowed:.0%} of "
+                     + ("link speed" if slowed == ratio else "their own best in this job")),
         ))
         return out
     if np.isfinite(ratio) and ratio < BW_CONFIG and not hw and not congested:
         reasons.append(f"inter-node collectives at {ratio:.1%} of the {cap * 8 / 1e9:.0f} Gb/s links "
                        f"(NCCL over TCP sockets instead of RDMA?)")
     elif np.isfinite(ratio) and not hw:
-        bypass = _bypassed_path(ports, counters, coll, layout, counted * cap)
+        bypass = _bypassed_path(ports, counters, coll, layout, ratio * cap)
         if bypass is not None and bypass["share_of_link"] < BW_CONFIG:
             evidence["bypassed_ports"] = bypass
             ratio = bypass["share_of_link"]
@@ -485,9 +488,9 @@ def _collective_findings(p: Patterns, layout: Layout, counters: CounterSummary, 
     # port that differs from the fleet's, under slowed transfers through it, is it.
     for a in {a.node: a for a in sorted(hw, key=lambda a: a.strength)}.values():
         ranks = layout.node_ranks(a.node, p.ranks)
-        slowed = (np.isfinite(ratio) and ratio < BW_DEGRADED) or _slower_than_family(coll, set(ranks))
+        below = (np.isfinite(slowed) and slowed < BW_DEGRADED) or _slower_than_family(coll, set(ranks))
         # Transfers cost >= 5% of a step: a link problem there is worth a verdict (the cost bar of confidence_of).
-        if slowed and _transfer_share(p, coll) >= 0.05:
+        if below and _transfer_share(p, coll) >= 0.05:
             out.append(Finding(
                 kind="slow", component="nic", scope="node", node=a.node,
                 # the communicator link_findings names too: one incident whichever test finds it

@@ -253,7 +253,7 @@ def group_min(ids: np.ndarray, values: np.ndarray, n: int, fill: float = np.nan)
 
 
 def group_weighted_median(ids: np.ndarray, values: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
-    """Weighted (lower) median per group; NaN for empty groups or NaN values' groups.
+    """Weighted median per group (the first value whose cumulative weight reaches half); NaN rows dropped, NaN for empty groups.
 
     Used to combine rows that each summarise several steps (their median, weighted
     by their step count): exact when every row holds one step, the median of the

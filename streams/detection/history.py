@@ -45,8 +45,9 @@ class JobHistory(msgspec.Struct):
     carry: WindowDigest | None = None
     # the sporadic host pauses of the last job windows (GC on varying ranks is a pattern in time)
     pauses: list[PauseWindow] = []
-    # inter-node communicator -> [its best bus bandwidth so far (B/s), the bytes per step it moved]
-    # (bus_reference.py: a measured floor under the links' capacity)
+    # inter-node communicator -> per workload phase [its highest and second highest window's bus
+    # bandwidth (B/s), the bytes per step it moved], flattened (bus_reference.py: a measured floor
+    # under the links' capacity)
     bus_reference: dict[str, list[float]] = {}
 
 

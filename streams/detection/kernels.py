@@ -193,7 +193,7 @@ def _rows_source(cell: np.ndarray, n_cells: int, steps: np.ndarray, perm: np.nda
                 ordered = False
                 break
         if not ordered:
-            if b - a <= 32:
+            if b - a <= 32:  # insertion sort below ~32 items beats a call into a general sort (speed only)
                 for p in range(a + 1, b):
                     x = perm[p]
                     sx = steps[x]
@@ -282,7 +282,7 @@ def _row_stats_source(perm: np.ndarray, bounds: np.ndarray, step_start: np.ndarr
         for which in range(2):  # the row's durations, then its step costs, sorted: insertion sorts of short rows
             v = buf if which == 0 else sbuf
             size = k if which == 0 else m
-            if size <= 64:
+            if size <= 64:  # short rows: insertion sort; longer ones np.sort (speed only: both sort the same)
                 for p in range(1, size):
                     x = v[p]
                     t = p - 1

@@ -251,6 +251,8 @@ def secondary_anomalies(counters: CounterSummary, ports: PortMap | None = None) 
         return []
     rail_med = _fleet_median(np.array([_errors(counters.nic[(p.node, p.nic)]) for p in ports.rails]))
     # The same port name on the other nodes: one leave-one-out group per name (linear in the ports).
+    # Its median is np.quantile's (as every fleet median here), which for an even count of peers may
+    # differ from np.median's in the last bit: the whole speeds of real links (100, 200, 400) are exact.
     members: dict[str, list[int]] = {}
     for i, p in enumerate(secondary):
         members.setdefault(p.nic, []).append(i)

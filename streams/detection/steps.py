@@ -217,7 +217,11 @@ def _picker(idx: np.ndarray) -> Callable[[list[Any]], list[Any]]:
         return lambda values: []
     lo = int(idx[0])
     if int(idx[-1]) - lo + 1 == n and bool((np.diff(idx) == 1).all()):
-        return lambda values: values[lo:lo + n]
+        def run(values: list[Any]) -> list[Any]:
+            if len(values) < lo + n:  # a short column fails as indexing it would, never silently shorter
+                raise IndexError(f"rows {lo}..{lo + n - 1} of a column of {len(values)}")
+            return values[lo:lo + n]
+        return run
     if n == 1:
         return lambda values: [values[lo]]
     get = itemgetter(*idx.tolist())

@@ -109,3 +109,16 @@ def test_pcie_reason_names_a_downgraded_link():
 def test_compute_bound_names():
     assert is_compute_bound("sm90_xmma_gemm_bf16") and is_compute_bound("aten::addmm")
     assert not is_compute_bound("flash_fwd_kernel") and not is_compute_bound("elementwise_add")
+
+
+def test_a_loader_is_storage_by_iowait_and_without_host_counters_by_the_shape_of_its_stalls():
+    from .attribution import loader_component
+    c = CounterSummary(host={"n0": {"iowait_pct": 35.0}, "n1": {"iowait_pct": 2.0}, "n2": {"iowait_pct": 1.0}})
+    for bursty in (False, True):                         # with counters, iowait decides, not the shape
+        assert loader_component(c, "n0", bursty)[0] == "storage"
+        assert loader_component(c, "n1", bursty)[0] == "dataloader"
+    blind = CounterSummary(host={"n1": {"iowait_pct": 2.0}})
+    comp, why = loader_component(blind, "n0", bursty=False)  # a steady deficit: the loader, storage not ruled out
+    assert comp == "dataloader" and "not ruled out" in why
+    comp, why = loader_component(blind, "n0", bursty=True)   # long stalls in a few steps: storage, suspected
+    assert comp == "storage" and "suspected" in why

@@ -306,3 +306,10 @@ def test_used_codes_and_first_seen_renumbering_are_the_sorts(seed):
     assert used.tolist() == ref_used.tolist() and inverse.tolist() == ref_inverse.reshape(-1).tolist()
     seen: dict[int, int] = {}
     assert steps._renumber_first_seen(codes).tolist() == [seen.setdefault(c, len(seen)) for c in codes.tolist()]
+
+
+def test_picker_fails_on_a_short_column_as_indexing_does():
+    short = [10, 11]
+    for idx in ([0, 1, 2], [1, 2], [0, 2]):     # a run past the end, and not a run
+        with pytest.raises(IndexError):
+            steps._picker(np.asarray(idx, dtype=np.intp))(short)
