@@ -57,7 +57,9 @@ def test_replay_policy_blocks_and_never_drops_failures_are_counted() -> None:
     start = time.monotonic()
     assert all(pub.publish("t", b"x") for _ in range(6))
     assert 0.8 <= time.monotonic() - start < 5
-    assert pub.stats.dropped == 0 and pub.stats.failed == 5 and pub.stats.blocked_s >= 0.8
+    # At least the message whose timeout freed room has been reported failed; how many of the other
+    # queued ones librdkafka's timeout scan has reported by then is its timing (CI saw 1 and 5).
+    assert pub.stats.dropped == 0 and 1 <= pub.stats.failed <= 5 and pub.stats.blocked_s >= 0.8
     pub.close(timeout_s=0.1)
     assert pub.stats.failed == 6
     with pytest.raises(RuntimeError, match="closed"):
