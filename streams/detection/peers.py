@@ -129,19 +129,24 @@ def host_category_cells(p: Patterns, roles: dict[int, np.ndarray]) -> list[Cell]
         z, _, _ = robust_z(total, abs_floor=floor)
         ratio = total / np.maximum(loo, floor)
         hit = _hit(ratio, z, total - loo, step)
+        if not hit.any():
+            continue
+        # each common function's leave-one-out medians, once per role (NaN where a rank lacks it
+        # or too few ranks run it), read below for every flagged rank
+        peer_med = np.full(block.shape, np.nan)
+        n_ok = np.isfinite(block).sum(axis=0)
+        for j in np.flatnonzero(common & (n_ok >= MIN_PEERS)):
+            ok = np.isfinite(block[:, j])
+            peer_med[ok, j] = leave_one_out_median(block[ok, j])
         for i in np.flatnonzero(hit):
             for j in np.flatnonzero(common):
-                col = block[:, j]
-                ok = np.isfinite(col)
-                if not ok[i] or ok.sum() < MIN_PEERS:
+                if not np.isfinite(peer_med[i, j]):
                     continue
-                x = col[ok]
-                k = int(np.flatnonzero(np.flatnonzero(ok) == i)[0])
-                med = float(leave_one_out_median(x)[k])
-                v = float(col[i])
+                med = float(peer_med[i, j])
+                v = float(block[i, j])
                 r = v / max(med, floor)
                 if r >= MIN_RATIO and v - med >= MIN_MATERIAL * step:
-                    cells.append(Cell(int(members[i]), host[int(j)], v, med, r, float(z[i]), v - med, int(ok.sum() - 1)))
+                    cells.append(Cell(int(members[i]), host[int(j)], v, med, r, float(z[i]), v - med, int(n_ok[j]) - 1))
     return cells
 
 
