@@ -143,6 +143,23 @@ def test_one_odd_step_never_alarms_from_one_window_a_steady_level_does():
     assert (level.rank, level.component) == (2, "workload") and level.confidence >= 0.9
 
 
+def test_a_fault_that_began_inside_the_window_alarms_from_it_when_most_steps_pay():
+    """Rank 2's GEMM 2.5x slower from some step of a 10-step window on (a throttle's onset): paid by
+    6 of 10 steps, the median step pays it, so its onset window may alarm (``MOST_STEPS_MIN``);
+    paid by 3 of 10, or by 2 odd steps apart, one window stays below the alarm level."""
+    def window(slow_steps) -> list:
+        job = _job(steps=10, step0=WARMUP_STEPS, throttle=False,
+                   step_factor={(2, WARMUP_STEPS + s): 2.5 for s in slow_steps})
+        return detect(digest_window(job), history=JobHistory(job="j", first_step=0))
+
+    (onset,) = [v for v in window(range(4, 10)) if v.confidence >= 0.5]
+    assert (onset.rank, onset.component) == (2, "workload") and onset.confidence >= 0.9
+    assert onset.evidence["persistence"] == {"consecutive_windows": 1}
+    for late in (range(7, 10), (2, 6)):
+        got = window(late)
+        assert [v for v in got if v.confidence >= 0.5] == [] and {v.rank for v in got} <= {2}, late
+
+
 def test_slow_loader_on_a_node_is_node_scope():
     (v,) = detect_window(_job(loader_node="n1", ranks=16))
     assert (v.component, v.scope, v.node, v.rank) == ("dataloader", "node", "n1", -1)

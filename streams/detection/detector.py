@@ -275,6 +275,16 @@ PERSIST_WINDOWS = 2      # a finding must be seen in this many consecutive windo
 OVERWHELMING = 0.9       # ... unless a single window is this sure
 UNCONFIRMED_CAP = 0.45   # below the alarm level of 0.5
 STEADY_SHARE = 0.5       # share of a rank's excess its best step must still pay to be a steady level
+# A fault that begins inside a window shows in that window's later steps only: its best step is
+# healthy, so it is not steady, and with two windows to confirm the alarm would come after the
+# *next* window: up to 2 windows and the pipeline's delay after the onset. When the median step
+# pays the level it lasted most of the window; a median of at least 5 steps needs 3 odd steps to
+# move, where odd steps (a GC pause, a kernel spike, a checkpoint) come one or two at a time and
+# the peer test needs them on the same rank and function. An overwhelming level in most steps of
+# at least 5 may alarm from its onset window: a clear fault is named at the end of its onset window
+# when it began in the first half of it, else at the end of the next one (at most 1.5 windows and
+# the pipeline's delay after the onset, against 2 windows and that delay with the two-window rule).
+MOST_STEPS_MIN = 5
 
 
 # A job's first steps are its warm-up: compilation, autotuning, allocator growth and
@@ -307,7 +317,9 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: b
     between windows changes the component named, not the evidence counted.
 
     Unconfirmed findings (first window) stay below the alarm level unless
-    overwhelming and steady (seen in every step of the window); each further
+    overwhelming and steady (seen in every step of the window) or paid in most
+    steps of enough of them (``Finding.most_steps``: the onset window of a
+    fault that lasted most of it); each further
     consecutive window counts as independent evidence (1 - (1 - c)^n, up to
     three windows), so a moderate but steady problem becomes an alarm while a
     one-off never does. A job window that holds warm-up steps neither alarms
@@ -327,7 +339,7 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: b
         n = history.streak.get(iid, 0) + 1
         streak[iid] = n
         f.evidence["persistence"] = {"consecutive_windows": n}
-        if n < PERSIST_WINDOWS and (f.confidence < OVERWHELMING or not f.steady):
+        if n < PERSIST_WINDOWS and (f.confidence < OVERWHELMING or not (f.steady or f.most_steps)):
             f.confidence = min(f.confidence, UNCONFIRMED_CAP)
         elif n >= PERSIST_WINDOWS:
             f.confidence = round(float(min(0.99, 1.0 - (1.0 - f.confidence) ** min(n, 3))), 3)
@@ -413,6 +425,12 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         steady_excess = sum(max(0.0, float(level[c.slot, c.fn]) - c.peer_median) for c in mine
                             if not p.sporadic[c.slot, c.fn] and np.isfinite(level[c.slot, c.fn]))
         steady = steady_excess >= STEADY_SHARE * sum(c.excess for c in mine)
+        # The same share in the median step (per_step_ns) of enough steps: most steps pay it (MOST_STEPS_MIN).
+        # A loader's steady test is already its median step's.
+        most_steps = steady if cat == "loader" else bool(p.steps[slot] >= MOST_STEPS_MIN) and sum(
+            max(0.0, float(p.per_step_ns[c.slot, c.fn]) - c.peer_median) for c in mine
+            if not p.sporadic[c.slot, c.fn] and np.isfinite(p.per_step_ns[c.slot, c.fn])
+        ) >= STEADY_SHARE * sum(c.excess for c in mine)
         evidence = {
             p.fn_names[c.fn]: {"culprit_ns_per_step": round(c.value), "peer_median_ns_per_step": round(c.peer_median),
                                "ratio": round(c.ratio, 3), "robust_z": round(c.z, 2)}
@@ -450,6 +468,7 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             score=round(float(score), 3), confidence=confidence_of(cost_ratio, score, total / step_ns),
             peers=peers, culprits=[rank], evidence=evidence,
             summary=f"{why}; {_how_slower(what, slowdown, mine, len(peers), durations, floor)}", steady=steady,
+            most_steps=most_steps,
         ))
     late, late_stall = _lateness(roles, waits), _lateness(roles, stall_waits)
     return [f for f in _merge_nodes(per_rank, layout, p)
@@ -583,6 +602,8 @@ def _merge_nodes(findings: list[Finding], layout: Layout, p: Patterns) -> list[F
                 # ranks runs dry in a step is chance, so one rank that stalls in most steps is the node
                 # paying it in most steps. Elsewhere every rank must show the level.
                 steady=(any if attr.observation(component) in NODE_OBSERVATIONS else all)(f.steady for f in fs),
+                most_steps=(any if attr.observation(component) in NODE_OBSERVATIONS else all)(
+                    f.steady or f.most_steps for f in fs),
             ))
         else:
             out.extend(fs)

@@ -26,6 +26,11 @@ class Finding:
     # The effect is a level, seen in the window's best steps too, not one odd step
     # (a kernel spike, a stray pause): only a steady finding may alarm from one window.
     steady: bool = True
+    # The level is paid by the median of the window's steps, and there are enough of them
+    # (detector.MOST_STEPS_MIN) that odd steps cannot make a median: a problem that began
+    # inside this window (its onset) and lasted most of it. Such a finding may alarm from
+    # its onset window too, so a fault is named within two windows wherever it begins.
+    most_steps: bool = False
 
 
 def confidence_of(ratio: float, z: float, material: float, material_full: float = 0.05) -> float:
