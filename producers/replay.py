@@ -191,8 +191,8 @@ def _time_ordered(frames: list[FrameSlice], last_start: dict[tuple[str, str], in
     return [frames[i] for _, i in order]
 
 
-def ensure_topics(config: KafkaConfig, timeout_s: float = 10.0) -> None:
-    """Check the broker answers, then create the raw and dead-letter topics if missing.
+def ensure_topics(config: KafkaConfig, timeout_s: float = 10.0, digests: bool = False) -> None:
+    """Check the broker answers, then create the raw (``digests``: the digests) and dead-letter topics if missing.
 
     An unreachable broker is an error (better than blocking until the delivery
     timeout); a broker that refuses CreateTopics (ACLs, managed Kafka) is only
@@ -200,8 +200,8 @@ def ensure_topics(config: KafkaConfig, timeout_s: float = 10.0) -> None:
     """
     wait_for_broker(config, timeout_s=timeout_s)
     try:
-        create_topics(config, {config.raw_topic: config.partitions,
-                                         config.deadletter_topic: config.partitions}, timeout_s=timeout_s)
+        create_topics(config, {config.digests_topic if digests else config.raw_topic: config.partitions,
+                               config.deadletter_topic: config.partitions}, timeout_s=timeout_s)
     except BrokerError as exc:
         log.warning("%s; publishing anyway", exc)
 

@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from eroica.kafka.framing import frame_key
 from eroica.models.digest import merge_digests
 from eroica.models.reader import read_batches
 from eroica.models.verdict import decode_verdict
@@ -45,8 +46,24 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _edge_messages(path: Path, window_ns: int = W) -> tuple[list, dict[str, EdgeDigester]]:
-    """Every node's summaries-topic messages, interleaved batch by batch as live nodes would send them."""
+def _by_producer(cols) -> dict[str, object]:
+    """What each live producer holds: a rank's tracer its ``fn`` records, a node's agent its counters."""
+    if cols.type != "fn":
+        return split_by_node(cols)
+    ranks = cols.arrays["rank"]
+    return {f"rank-{r}": cols.take(i) for r in np.unique(ranks).tolist() for i in [np.flatnonzero(ranks == r)]}
+
+
+def _producer_keys(job: str, name: str) -> list[str]:
+    """The one key each live producer declares: the tracer its rank's, the agent its node's (as in
+    ``cli.trace_cmd`` / ``cli.agent_cmd``), whatever ranks its GPU samples name."""
+    return [frame_key(job, int(name[5:]))] if name.startswith("rank-") else [frame_key(job, -1, name)]
+
+
+def _edge_messages(path: Path, window_ns: int = W, split=split_by_node,
+                   keys=None) -> tuple[list, dict[str, EdgeDigester]]:
+    """Every producer's digests-topic messages (a node's, by default), interleaved batch by batch as live
+    producers would send them."""
     nodes: dict[str, EdgeDigester] = {}
     out = []
     for batch in read_batches(path):
@@ -54,10 +71,11 @@ def _edge_messages(path: Path, window_ns: int = W) -> tuple[list, dict[str, Edge
             out += EdgeDigester("edge/job-record", window_ns, window_ns, 2 * window_ns).job(job)
         per_node: dict[str, list] = {}
         for cols in batch.columns.values():
-            for node, part in split_by_node(cols).items():
+            for node, part in split(cols).items():
                 per_node.setdefault(node, []).append(part)
         for node, parts in sorted(per_node.items()):
-            dig = nodes.setdefault(node, EdgeDigester(f"edge/{node}", window_ns, window_ns, 2 * window_ns))
+            dig = nodes.get(node) or nodes.setdefault(node, EdgeDigester(
+                f"edge/{node}", window_ns, window_ns, 2 * window_ns, keys=keys("edge-job", node) if keys else None))
             out += dig.add(*parts)
     job_keys: dict[str, int] = {}
     for d in nodes.values():
@@ -81,7 +99,11 @@ def _canonical(d) -> bytes:
                                    rows(d.in_flight), maps(d.gpu), maps(d.gpu_index), maps(d.nic), maps(d.host)])
 
 
-def test_per_node_digests_merge_to_the_central_digest(run: Path) -> None:
+@pytest.mark.parametrize("split, keys, sources", [(split_by_node, None, 4), (_by_producer, _producer_keys, 4 + 16)],
+                         ids=["node", "producer"])
+def test_per_node_digests_merge_to_the_central_digest(run: Path, split, keys, sources: int) -> None:
+    """Per node (``eroica replay --edge-digests``) and per producer (each rank's tracer, each node's agent:
+    ``eroica trace --edge-digests``)."""
     asm = WindowAssembler(W, W)
     for batch in read_batches(run):
         for cols in batch.columns.values():
@@ -89,25 +111,26 @@ def test_per_node_digests_merge_to_the_central_digest(run: Path) -> None:
     central = {w.start_ns: digest_window(w) for w in asm.complete() + asm.flush()}
     assert asm.late_records == 0
 
-    msgs, nodes = _edge_messages(run)
-    assert len(nodes) == 4 and all(d.stats.late_records == 0 for d in nodes.values())
+    msgs, nodes = _edge_messages(run, split=split, keys=keys)
+    assert len(nodes) == sources and all(d.stats.late_records == 0 for d in nodes.values())
     per_window: dict[int, list] = {}
     for m in msgs:
         msg = decode_message(m.value)
         if isinstance(msg, DigestMsg):
             per_window.setdefault(msg.start_ns, []).append(msg.digest)
     assert sorted(per_window) == sorted(central)
-    assert {len(v) for v in per_window.values()} == {4}  # one digest per node and window
+    assert {len(v) for v in per_window.values()} == {sources}  # one digest per producer and window
     for start, parts in per_window.items():
         assert _canonical(merge_digests(parts)) == _canonical(central[start]), start
 
 
-def test_detector_over_per_node_digests_gives_the_verdict_ids_of_analyze(run: Path) -> None:
+@pytest.mark.parametrize("split, keys", [(split_by_node, None), (_by_producer, _producer_keys)], ids=["node", "producer"])
+def test_detector_over_per_node_digests_gives_the_verdict_ids_of_analyze(run: Path, split, keys) -> None:
     expected = [v.verdict_id for v in analyze(read_batches(run), W)]
     components = {v.component for v in analyze(read_batches(run), W) if v.confidence >= 0.5}
     assert {"gpu", "nic"} <= components  # both faults found
 
-    msgs, _nodes = _edge_messages(run)
+    msgs, _nodes = _edge_messages(run, split=split, keys=keys)
     core = DetectorCore(grace_s=30.0, wall_ns=lambda: 0)
     got = []
     for i, m in enumerate(msgs):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .bootstrap import write_site_dir
 from .merge import MergeResult, merge_parts, read_metas
-from .runtime import ENV_DIR, ENV_JOB, ENV_KAFKA
+from .runtime import ENV_DIGESTER, ENV_DIR, ENV_JOB, ENV_KAFKA
 
 
 def make_job_id(command: list[str], env: dict | None = None) -> str:
@@ -63,27 +63,29 @@ def _pid_ranks(parts: Path):
     return lookup
 
 
-def _start_agent(job: str, parts: Path | None, kafka: str | None, interval_s: float):
+def _start_agent(job: str, parts: Path | None, kafka: str | None, interval_s: float, digester=None):
     from eroica.producers.agent import NodeAgent
     from eroica.producers.counters.gpu import GpuSampler, env_rank_base
     from eroica.producers.counters.sampler import NodeSampler
-    from eroica.producers.outputs import JsonlSink, KafkaSink, hostname
+    from eroica.producers.outputs import DigestKafkaSink, JsonlSink, KafkaSink, hostname
 
     node = hostname()
     gpu = GpuSampler(pid_rank=_pid_ranks(parts) if parts is not None else None)
     gpu.rank_base = env_rank_base(len(gpu.handles))
     sampler = NodeSampler(job, node, gpu=gpu)
-    sink = KafkaSink(kafka) if kafka else JsonlSink(parts / f"agent-{node}.jsonl")  # type: ignore[operator]
+    sink = (DigestKafkaSink(kafka, digester) if kafka and digester is not None
+            else KafkaSink(kafka) if kafka else JsonlSink(parts / f"agent-{node}.jsonl"))  # type: ignore[operator]
     return NodeAgent(sampler, sink, interval_s).start()
 
 
-def prepare_kafka(bootstrap: str) -> None:
-    """Create the raw topic if missing; a broker that is away is reported, never fatal (records drop and count)."""
+def prepare_kafka(bootstrap: str, digests: bool = False) -> None:
+    """Create the raw (``digests``: the digests) topic if missing; a broker that is away is reported, never
+    fatal (records drop and count)."""
     try:
         from eroica.kafka.config import KafkaConfig
         from eroica.producers.replay import ensure_topics
 
-        ensure_topics(KafkaConfig.from_env(bootstrap=bootstrap), timeout_s=5.0)
+        ensure_topics(KafkaConfig.from_env(bootstrap=bootstrap), timeout_s=5.0, digests=digests)
     except Exception as exc:
         print(f"eroica: Kafka at {bootstrap} not ready ({type(exc).__name__}: {exc}); the job runs anyway, "
               "records that cannot be sent are dropped and counted", file=sys.stderr, flush=True)
@@ -91,8 +93,14 @@ def prepare_kafka(bootstrap: str) -> None:
 
 def run_trace(command: list[str], *, job: str | None = None, out: str | Path | None = None,
               kafka: str | None = None, agent: bool = True, interval_s: float = 0.5,
-              keep_parts: bool = False, quiet: bool = False) -> TraceResult:
-    """Run ``command`` traced; returns its exit status and what was written (see the module doc)."""
+              keep_parts: bool = False, quiet: bool = False, rank_digester: str | None = None,
+              agent_digester=None) -> TraceResult:
+    """Run ``command`` traced; returns its exit status and what was written (see the module doc).
+
+    Digest mode (with ``kafka``): ``rank_digester`` names each rank's digester factory
+    (``runtime.ENV_DIGESTER``) and ``agent_digester`` is the node agent's digester; both
+    publish window digests instead of raw records.
+    """
     if not command:
         raise ValueError("no command to trace")
     job = job or make_job_id(command)
@@ -109,11 +117,13 @@ def run_trace(command: list[str], *, job: str | None = None, out: str | Path | N
         env[ENV_DIR] = str(parts)
     if kafka:
         env[ENV_KAFKA] = kafka
-        prepare_kafka(kafka)
+        prepare_kafka(kafka, digests=bool(rank_digester))
+        if rank_digester:
+            env[ENV_DIGESTER] = rank_digester
     runner = None
     if agent:
         try:
-            runner = _start_agent(job, parts, kafka, interval_s)
+            runner = _start_agent(job, parts, kafka, interval_s, agent_digester)
         except Exception as exc:
             print(f"eroica: node agent off: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 

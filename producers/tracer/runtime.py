@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import importlib
 import itertools
 import json
 import os
@@ -51,6 +52,11 @@ ENV_JOB = "EROICA_JOB"
 ENV_CAPACITY = "EROICA_TRACE_QUEUE"
 ENV_FLUSH = "EROICA_TRACE_FLUSH_S"
 ENV_HANG = "EROICA_TRACE_HANG_S"
+# Digest mode (``eroica trace --edge-digests``): "module:function" of a factory ``(job, node, rank) ->
+# digester`` (``eroica.streams.edge.EdgeDigester``). Producers do not import the streams layer; the
+# command that starts the job (the cli layer, which joins both) names the factory here, across the
+# process boundary, as ``eroica agent --edge-digests`` hands its digester in within one process.
+ENV_DIGESTER = "EROICA_TRACE_DIGESTER"
 DEFAULT_DIR = "eroica-trace"
 
 # extra = (bytes, op, group, stack, stream); None when a span has none of them
@@ -306,10 +312,30 @@ class Tracer:
             if self._sink_factory is not None:
                 self._sink = self._sink_factory(ident)
             else:
-                from eroica.producers.outputs import JsonlSink, KafkaSink
+                from eroica.producers.outputs import JsonlSink, KafkaSink, make_sink
 
-                self._sink = KafkaSink(self.kafka) if self.kafka else JsonlSink(self.path_for(ident))
+                digester = self._digester(ident) if self.kafka else None
+                self._sink = (make_sink(kafka=self.kafka, digester=digester) if digester is not None
+                              else KafkaSink(self.kafka) if self.kafka else JsonlSink(self.path_for(ident)))
         return self._sink
+
+    def _digester(self, ident: Identity):
+        """This rank's edge digester when ``ENV_DIGESTER`` names a factory, else None (raw frames).
+
+        The digester's one key is the rank's (``job/rank``), fixed when the
+        sink is made, at the first flush: torchrun's ``RANK`` is known by then.
+        A factory that cannot be loaded falls back to raw frames, said once:
+        telemetry never takes the job down.
+        """
+        spec = os.environ.get(ENV_DIGESTER, "")
+        if not spec:
+            return None
+        try:
+            module, _, name = spec.partition(":")
+            return getattr(importlib.import_module(module), name)(ident.job, ident.node, ident.rank)
+        except Exception as exc:
+            self._warn_once(f"digest mode off ({spec}: {type(exc).__name__}: {exc}); sending raw records")
+            return None
 
     def path_for(self, ident: Identity) -> Path:
         return self.out_dir / f"fn-{ident.node}-{ident.pid}.jsonl"

@@ -59,3 +59,34 @@ def test_trace_to_kafka(kafka_bootstrap: str, kafka_names, kafka_consume, tmp_pa
     assert {r["job"] for r in fns} == {"kj"} and {r["step"] for r in fns} == set(range(8))
     assert eos[0].records == len(fns) and eos[0].job == "kj"
     assert "host" in by_type and eos[-1].records == sum(len(f) for t in ("host", "nic") for f in by_type.get(t, []))
+
+
+def test_trace_edge_digests_to_kafka(kafka_bootstrap: str, kafka_names, kafka_consume, tmp_path: Path) -> None:
+    """``eroica trace --kafka --edge-digests``: the rank and the node agent each publish their windows'
+    digests, not records, keyed by job on the digests topic; each declares its own key and ends."""
+    from eroica.streams.cores.digest_messages import DigestMsg, EndMsg, decode_message
+
+    config = kafka_names.config(kafka_bootstrap, partitions=2)
+    (tmp_path / "prog.py").write_text(PROG)
+    env = {**os.environ, "EROICA_KAFKA_TOPIC_RAW": config.raw_topic, "EROICA_KAFKA_TOPIC_DIGESTS": config.digests_topic,
+           "EROICA_KAFKA_TOPIC_DEADLETTER": config.deadletter_topic, "EROICA_KAFKA_PARTITIONS": "2",
+           "EROICA_NODE": "n0"}
+    proc = subprocess.run([sys.executable, "-m", "eroica.cli.main", "trace", "--job", "dj", "--kafka", kafka_bootstrap,
+                           "--edge-digests", "--interval", "0.2", "--", sys.executable, "prog.py"],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "trained\n" and "digest mode off" not in proc.stderr
+
+    def ends(msgs: list) -> list:
+        return [m for m in (decode_message(x.value()) for x in msgs) if isinstance(m, EndMsg)]
+
+    msgs = kafka_consume(kafka_bootstrap, config.digests_topic, 2, lambda ms: len(ends(ms)) >= 2, timeout_s=30)
+    assert {m.source: m.keys for m in ends(msgs)} == {"edge/n0/rank-0": ["dj/0"], "edge/n0": ["dj/n0"]}
+    assert {x.key() for x in msgs} == {b"dj"}  # keyed by job: one detector sees them all
+    digests = [m for m in (decode_message(x.value()) for x in msgs) if isinstance(m, DigestMsg)]
+    fns = {f for d in digests if d.source == "edge/n0/rank-0" for f in d.digest.fns.fn}
+    assert fns >= {"DataLoader.__next__", "SGD.step", "Sequential.forward", "Sequential.backward"}
+    assert any(d.digest.host for d in digests if d.source == "edge/n0")  # the agent's counters, digested
+    assert sum(d.records for d in digests if d.source == "edge/n0/rank-0") > 0
+    raw = kafka_consume(kafka_bootstrap, config.raw_topic, 2, lambda ms: False, timeout_s=2)
+    assert raw == []  # nothing raw went out
