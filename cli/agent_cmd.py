@@ -95,4 +95,4 @@ def _node_digester(job: str, node: str):
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     return EdgeDigester(f"edge/{node}", ws.window_ns, ws.lateness_ns, ws.max_skew_ns,
-                        keys=[frame_key(job, -1, node)])
+                        keys=[frame_key(job, -1, node)], declared_lateness_ns=ws.declared_lateness_ns)

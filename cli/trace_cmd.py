@@ -69,7 +69,10 @@ def rank_digester(job: str, node: str, rank: int):
     Its source is the rank and its one key the rank's (``job/rank``), as the
     node agent's is its node's: the detector expects every rank's key and
     the job's first window every node's, and waits until each is covered.
-    The window settings are the stream workers' (``EROICA_WINDOW_S`` ...).
+    The window settings are the stream workers' (``EROICA_WINDOW_S`` ...); the
+    tracer declares its watermark (its open spans) at each flush, so a window
+    closes ``EROICA_DECLARED_LATENESS_S`` after the rank is past it, as the
+    summariser closes a declaring stream's.
     """
     from eroica.kafka.framing import frame_key
     from eroica.streams.edge import EdgeDigester
@@ -77,4 +80,4 @@ def rank_digester(job: str, node: str, rank: int):
 
     ws = WorkerSettings.from_env()
     return EdgeDigester(f"edge/{node}/rank-{rank}", ws.window_ns, ws.lateness_ns, ws.max_skew_ns,
-                        keys=[frame_key(job, rank)])
+                        keys=[frame_key(job, rank)], declared_lateness_ns=ws.declared_lateness_ns)

@@ -182,6 +182,8 @@ class KafkaSink:
 class DigestKafkaSink:
     """Publishes the window digests of what it is given, not the records (digest mode)."""
 
+    declares_watermarks = True  # write(..., watermark_ns=) is understood: the digester closes on it
+
     def __init__(self, bootstrap: str, digester, *, publisher=None, config=None) -> None:
         from eroica.kafka.config import KafkaConfig
         from eroica.kafka.publisher import FramePublisher
@@ -199,13 +201,16 @@ class DigestKafkaSink:
                 self.messages += 1
                 self.bytes += len(m.value) + len(m.key)
 
-    def write(self, records: Sequence[msgspec.Struct]) -> None:
+    def write(self, records: Sequence[msgspec.Struct], watermark_ns: int | None = None) -> None:
+        """``watermark_ns``: as :meth:`KafkaSink.write`'s, handed to the digester (``declared_ns``)."""
         from eroica.models.columns import from_records
 
         by_type: dict[str, list] = defaultdict(list)
         for r in records:
             by_type[type(r).__struct_config__.tag].append(r)
-        self._send(self.digester.add(*(from_records(t, recs) for t, recs in by_type.items())))
+        batch = [from_records(t, recs) for t, recs in by_type.items()]
+        self._send(self.digester.add(*batch, declared_ns=watermark_ns) if watermark_ns is not None
+                   else self.digester.add(*batch))
         self.records += len(records)
         self.publisher.poll(0)
 

@@ -90,6 +90,7 @@ class _Assembler(WindowAssembler):
 @dataclass
 class _EdgeJob:
     marks: dict[tuple[str, str], int] = field(default_factory=dict)  # (key, type) -> oldest record of its latest batch
+    declared: set[tuple[str, str]] = field(default_factory=set)  # streams whose producer declares its mark
     keys: set[str] = field(default_factory=set)
     closed_through: int = -1    # highest window index closed (with or without data)
     reported_through: int = -1  # highest closed index the detector has been told about
@@ -122,11 +123,13 @@ class EdgeDigester:
     """
 
     def __init__(self, source: str, window_ns: int, lateness_ns: int, max_skew_ns: int,
-                 keys: list[str] | None = None) -> None:
+                 keys: list[str] | None = None, declared_lateness_ns: int | None = None) -> None:
         self.source = source
         self.window_ns = int(window_ns)
         self.lateness_ns = int(lateness_ns)
         self.max_skew_ns = int(max_skew_ns)
+        # None: declarations are ignored (every mark is a guess, closed ``lateness_ns`` behind)
+        self.declared_lateness_ns = declared_lateness_ns
         self.fixed_keys = sorted(keys) if keys is not None else None
         self.asm = _Assembler(self.window_ns, self.lateness_ns)
         self.jobs: dict[str, _EdgeJob] = {}
@@ -139,8 +142,16 @@ class EdgeDigester:
         self.asm.add_meta(record)
         return [self._msg(record.job, JobMsg(job=record.job, record=record), "job")]
 
-    def add(self, *batch: Columns) -> list[EdgeMessage]:
-        """Records of this producer (any types, one or several jobs); the windows this closes."""
+    def add(self, *batch: Columns, declared_ns: int | None = None) -> list[EdgeMessage]:
+        """Records of this producer (any types, one or several jobs); the windows this closes.
+
+        ``declared_ns``: the producer vouches that nothing of these records'
+        streams older than it is still to come (the tracer's open spans, the
+        agent's sample time), as a frame's ``wm`` does for the summariser; such
+        a stream's windows close ``declared_lateness_ns`` after the mark passes
+        them, not ``lateness_ns`` (:meth:`_watermark`).
+        """
+        declare = declared_ns is not None and self.declared_lateness_ns is not None
         touched: list[str] = []
         for cols in batch:
             if not len(cols):
@@ -154,6 +165,11 @@ class EdgeDigester:
                 for key, lo in _stream_lows(cols, code).items():
                     js.keys.add(key)
                     slot = (key, cols.type)
+                    if declare:
+                        js.declared.add(slot)
+                        lo = int(declared_ns)  # type: ignore[arg-type]  # the promise, not its records
+                    elif slot in js.declared:
+                        continue  # a declaring stream's mark moves with its declarations only
                     if lo > js.marks.get(slot, np.iinfo(np.int64).min):
                         js.marks[slot] = lo
             late = self.asm.late_records
@@ -196,10 +212,13 @@ class EdgeDigester:
         return js
 
     def _watermark(self, js: _EdgeJob) -> int | None:
+        """The summariser's rule (``summariser_core``): the slowest stream's mark unless it lags the most
+        advanced by more than ``max_skew_ns``; a declared mark counts the lateness it does not need ahead."""
         if not js.marks:
             return None
-        marks = np.fromiter(js.marks.values(), np.int64, len(js.marks))
-        return max(int(marks.min()), int(marks.max()) - self.max_skew_ns)
+        ahead = max(0, self.lateness_ns - (self.declared_lateness_ns or 0))
+        marks = [m + ahead if slot in js.declared else m for slot, m in js.marks.items()]
+        return max(min(marks), max(marks) - self.max_skew_ns)
 
     def _advance(self, job: str) -> list[EdgeMessage]:
         js = self.jobs[job]

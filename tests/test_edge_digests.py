@@ -167,6 +167,37 @@ def test_window_closes_only_after_the_slowest_stream_and_progress_without_data()
     assert d.stats.late_records == 0 and np.isfinite(d.stats.bytes)
 
 
+def test_a_declaring_producer_closes_its_windows_after_the_declared_lateness_not_the_guessed() -> None:
+    """The tracer and the agent declare their marks (``DigestKafkaSink.write(..., watermark_ns=)``): their
+    windows close ``declared_lateness_ns`` after the declaration passes them, as the summariser closes a
+    declaring stream's; the same records without declarations wait the guessed lateness (a window)."""
+    from eroica.models.columns import from_records
+    from eroica.models.records import FnRecord
+
+    t0, s = 1_000 * W, 10**9
+    fn = lambda ts: from_records("fn", [FnRecord(job="j", node="n0", rank=0, step=1, fn="k", kind="kernel",  # noqa: E731
+                                                  ts_ns=ts, dur_ns=1000)])
+
+    def closed(msgs: list) -> list[int]:
+        """Window starts of the digests sent (progress messages of empty windows aside)."""
+        return [decode_message(m.value).start_ns for m in msgs if m.kind == "digest"]
+
+    declaring = EdgeDigester("edge/n0/rank-0", W, W, 2 * W, keys=["j/0"], declared_lateness_ns=5 * s)
+    guessing = EdgeDigester("edge/n0/rank-0", W, W, 2 * W, keys=["j/0"])
+    assert closed(declaring.add(fn(t0 + s), declared_ns=t0)) == [] and closed(guessing.add(fn(t0 + s))) == []
+    # 4 s past the window's end: within the declared lateness, nothing closes
+    assert closed(declaring.add(fn(t0 + W + 4 * s), declared_ns=t0 + W + 4 * s)) == []
+    assert closed(declaring.add(fn(t0 + W + 6 * s), declared_ns=t0 + W + 6 * s)) == [t0]
+    assert closed(guessing.add(fn(t0 + W + 6 * s))) == []  # a guess waits a whole window more
+    assert closed(guessing.add(fn(t0 + 2 * W + s))) == [t0]
+    # a declaration older than the stream's records holds the window: an open span began before them
+    held = EdgeDigester("edge/n0/rank-0", W, W, 2 * W, keys=["j/0"], declared_lateness_ns=5 * s)
+    assert closed(held.add(fn(t0 + s), declared_ns=t0)) == []
+    assert closed(held.add(fn(t0 + W + 10 * s), declared_ns=t0 + W - s)) == []
+    # declarations are ignored by a digester without declared_lateness_ns (replay's guessed marks)
+    assert closed(EdgeDigester("e", W, W, 2 * W).add(fn(t0 + W + 10 * s), declared_ns=t0 + W + 10 * s)) == []
+
+
 FAST_ENV = {"EROICA_SINK_SESSION_TIMEOUT_MS": "2000", "EROICA_SINK_FLUSH_MS": "100"}
 
 
