@@ -59,11 +59,16 @@ def test_node_level_counters_are_keyed_by_node() -> None:
     assert nic.key == "j/node-1" and len(nic.cols) == 6
 
 
-def test_gpu_and_exact_multiples() -> None:
-    lines = [{"type": "gpu", "job": "j", "node": "n", "rank": r, "gpu": 0, "ts_ns": t}
-             for t in range(6) for r in (7, 2)]
+def test_gpu_samples_share_their_nodes_frames_and_exact_multiples() -> None:
+    """A node agent samples its GPUs together: their records go out in the node's frames (one key per node),
+    input order kept, each frame full."""
+    lines = [{"type": "gpu", "job": "j", "node": n, "rank": r, "gpu": r % 2, "ts_ns": t}
+             for t in range(6) for n, r in (("n1", 7), ("n0", 2), ("n1", 6))]
     frames = list(split_frames(_columns(lines)["gpu"], max_records=3))
-    assert [(f.key, len(f.cols)) for f in frames] == [("j/2", 3), ("j/2", 3), ("j/7", 3), ("j/7", 3)]
+    assert [(f.key, f.rank, f.node, len(f.cols)) for f in frames] == [
+        ("j/n1", -1, "n1", 3), ("j/n1", -1, "n1", 3), ("j/n1", -1, "n1", 3), ("j/n1", -1, "n1", 3),
+        ("j/n0", -1, "n0", 3), ("j/n0", -1, "n0", 3)]  # keys in code order (first seen), as for any type
+    assert frames[0].cols.arrays["rank"].tolist() == [7, 6, 7]
 
 
 def test_accumulator_cuts_full_frames_across_batches() -> None:
@@ -126,7 +131,7 @@ def _reference_frames(batches: list, size: int, lag: int | None) -> dict:
     newest = -1
     for cols in batches:
         recs = to_records(cols)
-        keys = [(cols.type, frame_key(r["job"], r["rank"]) if cols.type in ("fn", "gpu") else frame_key(r["job"], node=r["node"]))
+        keys = [(cols.type, frame_key(r["job"], r["rank"]) if cols.type == "fn" else frame_key(r["job"], node=r["node"]))
                 for r in recs]
         for k in dict.fromkeys(keys):
             part = held.pop(k, []) + [r for r, kk in zip(recs, keys) if kk == k]

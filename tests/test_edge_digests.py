@@ -157,13 +157,14 @@ def test_window_closes_only_after_the_slowest_stream_and_progress_without_data()
     out = d.add(gpu(t0 + 2 * W + 1))
     assert [m.kind for m in out] == ["digest"]
     msg = decode_message(out[0].value)
-    assert msg.start_ns == t0 and msg.keys == ["j/0"] and msg.records == 2 and msg.closed_through_ns == t0
+    # the rank's functions and the node's GPU samples: two keys (GPU samples are keyed by node, kafka.framing)
+    assert msg.start_ns == t0 and msg.keys == ["j/0", "j/n0"] and msg.records == 2 and msg.closed_through_ns == t0
     # the GPU samples catch up: windows 1002 (a sample) and 1003 (a function) close, 1001 held nothing
     out = d.add(gpu(t0 + 6 * W), fn(t0 + 6 * W))
     assert [decode_message(m.value).start_ns for m in out] == [t0 + 2 * W, t0 + 3 * W]
     assert decode_message(out[-1].value).closed_through_ns == t0 + 4 * W
-    end = d.end({"j": 1})
-    assert [m.kind for m in end][-1] == "end" and decode_message(end[-1].value).job_keys == 1
+    end = d.end({"j": 2})
+    assert [m.kind for m in end][-1] == "end" and decode_message(end[-1].value).job_keys == 2
     assert d.stats.late_records == 0 and np.isfinite(d.stats.bytes)
 
 

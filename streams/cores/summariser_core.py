@@ -53,7 +53,7 @@ from eroica.models.frames import (
     decode_job,
     frame_kind,
 )
-from eroica.kafka.framing import frame_key
+from eroica.kafka.framing import NODE_LEVEL, frame_key
 from eroica.streams.detection.summarise import digest_window
 from eroica.streams.detection.windows import JobWindow, WindowAssembler
 from eroica.runtime import metrics
@@ -382,8 +382,8 @@ class PartitionSummariser:
         if n > 1 and (int(codes.min()) != c0 or int(codes.max()) != c0):
             return self._dead(key, value, offset, "frame mixes records of several jobs (one key per frame)", token)
         job = cols.vocab["job"][c0]
-        if key is None:
-            if "rank" in cols.arrays:
+        if key is None:  # a keyless frame: the key its producer would have given it (kafka.framing)
+            if cols.type not in NODE_LEVEL:
                 key = frame_key(job, int(cols.arrays["rank"][0]))
             else:
                 key = frame_key(job, -1, cols.vocab["node"][int(cols.arrays["node"][0])])

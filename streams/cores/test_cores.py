@@ -332,7 +332,10 @@ def test_a_restarted_detector_resumes_from_its_state(tmp_path: Path) -> None:
     acked: set[int] = set()
     saved: dict[str, bytes] = {}
     verdicts = []
-    crash = len(summaries) // 2
+    # crash just after the first window's verdicts: some windows done, some digests still to read again
+    # (where that falls in the message order depends on which partitions the keys hash to)
+    first = next(i for i, o in enumerate(outs) if any(s.topic == VERDICTS for s in o.sends))
+    crash = min(first + 2, len(summaries) - 1)
     for i, value in enumerate(summaries[:crash]):
         out = det.on_message(value, i, 0, 0.0)
         verdicts += [decode_verdict(s.value).verdict_id for s in out.sends if s.topic == VERDICTS]
@@ -426,7 +429,7 @@ def test_ingest_turns_lines_into_frames_and_dead_letters() -> None:
     dead = [msgspec.json.decode(s.value) for s in sends if s.topic == DEADLETTER]
     assert [d["line"] for d in dead] == [3, 4] and all(d["source"] == "ingest/0@9" for d in dead)
     assert "dur_ns" in dead[0]["reason"] and "invalid JSON" in dead[1]["reason"]
-    assert sorted(s.key for s in sends if s.topic == RAW) == [b"j", b"j/0", b"j/1"]
+    assert sorted(s.key for s in sends if s.topic == RAW) == [b"j", b"j/0", b"j/n"]  # the GPU sample: its node's
 
 
 def test_messages_and_state_round_trip() -> None:
