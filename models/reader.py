@@ -147,6 +147,23 @@ class Block:
         return self._lines
 
 
+def _has_long_line(body: bytes, chunk_len: int, max_line_bytes: int) -> bool:
+    """Whether a line of ``body`` (carry + the chunk up to its last newline) is over the bound.
+
+    Every line but the first lies inside the chunk just read and is shorter
+    than it, so when a chunk is no longer than the bound (the default: both
+    1 MiB) only the first line, the one that carries the previous chunk's
+    tail, needs measuring: a ``find``, not a pass over every byte.
+    """
+    if len(body) <= max_line_bytes:
+        return False
+    if chunk_len <= max_line_bytes:
+        first = body.find(b"\n")
+        return (first if first >= 0 else len(body)) > max_line_bytes
+    newlines = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == 0x0A)
+    return int(np.diff(newlines, prepend=-1, append=len(body)).max()) - 1 > max_line_bytes
+
+
 def iter_blocks(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Iterator[Block]:
     """The lines of each chunk read, as one :class:`Block` each (the same lines as :func:`iter_lines`)."""
     carry = b""
@@ -167,13 +184,12 @@ def iter_blocks(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Ite
         elif not skipping:
             body = carry + chunk[:cut] if carry else chunk[:cut]
             tail = chunk[cut + 1:]
-            newlines = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == 0x0A)
-            count = newlines.size + 1
-            if len(body) > max_line_bytes and int(np.diff(newlines, prepend=-1, append=len(body)).max()) - 1 > max_line_bytes:
+            count = body.count(b"\n") + 1  # memchr speed; the newlines' offsets only if a block needs them
+            if _has_long_line(body, len(chunk), max_line_bytes):
                 block = Block(lineno + 1, count, None,
                               [p if len(p) <= max_line_bytes else None for p in body.split(b"\n")])
             else:
-                block = Block(lineno + 1, count, body, newlines=newlines)
+                block = Block(lineno + 1, count, body)
         else:
             parts: list[bytes | None] = [None]  # the rest of the line being skipped
             parts += [p if len(p) <= max_line_bytes else None for p in chunk[:cut].split(b"\n")[1:]]

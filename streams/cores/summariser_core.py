@@ -73,6 +73,7 @@ class SummariserStats:
     frames: int = 0
     records: int = 0
     late_records: int = 0
+    repeated_records: int = 0  # copies of records already in their window (delivered twice), dropped
     corrupt: int = 0
     job_records: int = 0
     end_markers: int = 0
@@ -477,6 +478,7 @@ class PartitionSummariser:
         return step
 
     def _close(self, job: str, js: _Job, windows: list[JobWindow], through: int, end: bool = False) -> Step:
+        self.stats.repeated_records = self.asm.repeated_records  # counted as the windows were released
         self.asm.close_through(job, through)
         js.closed_through = max(js.closed_through, through)
         closed_ns = js.closed_through * self.window_ns

@@ -17,6 +17,7 @@ import numpy as np
 from eroica.models.columns import Columns, concat
 from eroica.models.records import JobRecord
 
+from .repeats import without_copies
 from .steps import MAX_PENDING_WINDOWS
 
 COUNTER_TYPES = ("gpu", "nic", "host")
@@ -115,6 +116,7 @@ class WindowAssembler:
     _meta: dict[str, JobRecord] = field(default_factory=dict)
     _closed: dict[str, int] = field(default_factory=dict)  # job -> highest window index emitted
     late_records: int = 0
+    repeated_records: int = 0  # copies of records already in their window (delivered twice), dropped
 
     def add_meta(self, job: JobRecord) -> None:
         self._meta[job.job] = job
@@ -168,5 +170,10 @@ class WindowAssembler:
         job, win = key
         parts = self._parts.pop(key)
         self._closed[job] = max(self._closed.get(job, -1), win)
-        columns = {t: concat(p) for t, p in parts.items()}
+        columns = {}
+        for t, p in parts.items():
+            # one copy of each record delivered twice (at-least-once producers): see .repeats
+            columns[t], dropped = without_copies(concat(p))
+            if t != CONT:  # continuations are derived from records already counted
+                self.repeated_records += dropped
         return JobWindow(job, win * self.window_ns, (win + 1) * self.window_ns, columns, self._meta.get(job))
