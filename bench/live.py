@@ -47,6 +47,7 @@ from typing import Any, Callable, Mapping, Sequence
 import msgspec
 
 from eroica.kafka.publisher import FramePublisher
+from eroica.stack.local import service_role
 
 BROKERS = ("tansu", "kafka")
 STAGES = ("replay", "broker", "summariser", "detector", "sink", "supervisor", "monitor")
@@ -59,6 +60,8 @@ GROWTH_LIMIT = 0.05
 # Environment a run records as its settings: ours, and faust's own (it reads e.g. PRODUCER_MAX_REQUEST_SIZE).
 SETTING_PREFIXES = ("EROICA_", "PRODUCER_", "CONSUMER_", "BROKER_")
 REPLAY_LATE_WINDOWS = 1 / 3
+# The workers' /eroica/stats counters the monitor reads (summed over a role's processes).
+COUNTERS = ("records", "late_records", "corrupt", "digests", "windows", "pending_windows", "held_messages")
 
 
 @dataclass
@@ -74,6 +77,7 @@ class LiveConfig:
     fault_at: float = 3.5  # windows after the run's first (epoch-aligned) window start
     profile: str = "default"
     broker: str = "tansu"
+    summarisers: int = 1  # summariser processes of the stack (`eroica up --summarisers`)
     window_s: float | None = None  # None: $EROICA_WINDOW_S, else 30 s (exported to the stack)
     sample_s: float = 1.0
     idle_s: float = 5.0  # idle CPU of the stack measured before the replay starts
@@ -225,6 +229,16 @@ def cpu_stats(samples: Sequence[Sample], start: Sample | None, idle: tuple[Sampl
         out[stage] = {"cpu_s": round(used, 2), "cores": round(used / span, 3), "idle_cores": idle_cores,
                       "records_per_cpu_s": round(records / used) if used > 0 else None,
                       "peak_rss_mb": round(max(s.rss_mb.get(stage, 0.0) for s in samples), 1)}
+    for role in STAGES:  # a role run as several processes (summariser, summariser-2, ...): their sum too
+        parts = [out[k] for k in out if service_role(k) == role]
+        if len(parts) > 1:
+            used = sum(float(p["cpu_s"] or 0) for p in parts)
+            idles = [p["idle_cores"] for p in parts]
+            out[f"{role} (all)"] = {
+                "cpu_s": round(used, 2), "cores": round(sum(float(p["cores"] or 0) for p in parts), 3),
+                "idle_cores": None if None in idles else round(sum(float(i or 0) for i in idles), 3),
+                "records_per_cpu_s": round(records / used) if used > 0 else None,
+                "peak_rss_mb": round(sum(float(p["peak_rss_mb"] or 0) for p in parts), 1)}
     return out
 
 
@@ -334,16 +348,24 @@ def _sample_json(s: Sample) -> dict[str, Any]:
 
 
 def table_rows(result: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """One row per process, in pipeline order; a role of several processes: each (no rate: they share the
+    records), then their sum."""
     rows: list[tuple[str, ...]] = []
-    for stage in STAGES:
-        c = result["cpu"].get(stage)
-        if c is None:
-            continue
-        rows.append((stage, f"{c['cpu_s']:.1f}", f"{c['cores']:.3f}",
-                     "-" if c["idle_cores"] is None else f"{c['idle_cores']:.3f}",
-                     "-" if not c["records_per_cpu_s"] or stage in ("supervisor", "monitor")
-                     else f"{c['records_per_cpu_s']:,}",
-                     f"{c['peak_rss_mb']:,.0f}"))
+    cpu = result["cpu"]
+    for role in STAGES:
+        names = [role, *sorted((k for k in cpu if k != role and service_role(k) == role),
+                               key=lambda k: int(k.rpartition("-")[2]))]
+        shared = f"{role} (all)" in cpu
+        for stage in [*names, f"{role} (all)"]:
+            c = cpu.get(stage)
+            if c is None:
+                continue
+            rate = c["records_per_cpu_s"]
+            rows.append((stage, f"{c['cpu_s']:.1f}", f"{c['cores']:.3f}",
+                         "-" if c["idle_cores"] is None else f"{c['idle_cores']:.3f}",
+                         "-" if not rate or role in ("supervisor", "monitor") or (shared and stage in names)
+                         else f"{rate:,}",
+                         f"{c['peak_rss_mb']:,.0f}"))
     return rows
 
 
@@ -360,9 +382,10 @@ def format_table(result: Mapping[str, Any]) -> str:
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     c, i, rp, lag, d, v = (result[k] for k in ("config", "input", "replay", "lag", "drops", "verdict"))
+    many = f", {c['summarisers']} summarisers" if c.get("summarisers", 1) > 1 else ""
     head = (f"eroica bench live: {c['ranks']} ranks ({c['nodes']} x {c['gpus']}), {c['steps']} steps of "
             f"{i['step_s']:.2f} s ({i['seconds']:.0f} s, {i['seconds'] / c['window_s']:.1f} windows of "
-            f"{c['window_s']:g} s), {c['broker']}: {i['records']:,} records at {i['records_per_s']:,.0f}/s, "
+            f"{c['window_s']:g} s), {c['broker']}{many}: {i['records']:,} records at {i['records_per_s']:,.0f}/s, "
             f"{i['bytes'] / 2**20:,.0f} MiB JSON; fault {c['fault']} at {v['onset_in_window_s']:g} s into window "
             f"{c['fault_window']}")
     foot = [
@@ -446,15 +469,17 @@ def clean_env(extra: Mapping[str, str]) -> dict[str, str]:
 class Stack:
     """``eroica up`` as a child process in its own session: started, found (``stack.json``), stopped."""
 
-    def __init__(self, data_dir: Path, broker: str, env: Mapping[str, str], log: Path) -> None:
+    def __init__(self, data_dir: Path, broker: str, env: Mapping[str, str], log: Path, summarisers: int = 1) -> None:
         self.data_dir, self.broker, self.env, self.log_path = data_dir, broker, dict(env), log
+        self.summarisers = summarisers
         self.proc: subprocess.Popen[bytes] | None = None
         self.state: dict[str, Any] = {}
 
     def start(self, timeout_s: float) -> dict[str, Any]:
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "eroica.cli", "up", "--data-dir", str(self.data_dir), "--broker", self.broker],
+                [sys.executable, "-m", "eroica.cli", "up", "--data-dir", str(self.data_dir), "--broker", self.broker,
+                 "--summarisers", str(self.summarisers)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -651,6 +676,7 @@ class Monitor:
                           for role in ("summariser", "detector")}
         self.target = EndpointTarget(stack.state["query_endpoint"], 5.0, stack_token(stack.data_dir))
         self.stats: dict[str, dict[str, Any]] = {"summariser": {}, "detector": {}}
+        self._by_name: dict[str, dict[str, Any]] = {}  # service -> its latest /eroica/stats
         self.first: dict[str, Any] | None = None
         self.verdicts: dict[str, Any] = {}
         self.replay: ReplayChild | None = None
@@ -689,11 +715,16 @@ class Monitor:
         return out
 
     def _worker_stats(self) -> None:
-        for role, svc in (self.stack.state.get("services") or {}).items():
-            if role in self.stats and svc.get("health_url"):
+        """Each role's counters, summed over its processes (``summariser``, ``summariser-2``, ...)."""
+        by_name = self._by_name
+        for name, svc in (self.stack.state.get("services") or {}).items():
+            if service_role(name) in self.stats and svc.get("health_url"):
                 doc = _http_json(svc["health_url"])
                 if doc is not None:
-                    self.stats[role] = doc
+                    by_name[name] = doc  # one that does not answer this time keeps its last counters
+        for role in self.stats:
+            docs = [d for n, d in by_name.items() if service_role(n) == role]
+            self.stats[role] = {k: sum(int(d.get(k) or 0) for d in docs) for k in COUNTERS}
 
     def poll_verdicts(self) -> None:
         """Read the job's verdicts from ClickHouse; keep when the fault's first one was first seen."""
@@ -822,13 +853,14 @@ def run(cfg: LiveConfig) -> dict[str, Any]:
         onset_ns = int(truth["step_start_ns"][fault_step])
         nodes, gpus = cfg.layout
         conf = {"ranks": cfg.ranks, "nodes": nodes, "gpus": gpus, "steps": steps, "seed": cfg.seed,
-                "profile": cfg.profile, "broker": cfg.broker, "window_s": window_s, "fault": cfg.fault_spec(),
+                "profile": cfg.profile, "broker": cfg.broker, "summarisers": cfg.summarisers, "window_s": window_s,
+                "fault": cfg.fault_spec(),
                 "fault_step": fault_step, "fault_window": (onset_ns - truth["start_ns"]) // w_ns,
                 "job": truth["job"], "cpus": os.cpu_count(),
                 "settings": {k: v for k, v in sorted(env.items()) if k.startswith(SETTING_PREFIXES)}}
         cfg.progress(f"{records:,} records ({records / seconds:,.0f}/s over {seconds:.0f} s); starting eroica up "
                      f"({cfg.broker})")
-        stack = Stack(work / "stack", cfg.broker, env, work / "up.log")
+        stack = Stack(work / "stack", cfg.broker, env, work / "up.log", cfg.summarisers)
         try:
             stack.start(cfg.ready_timeout_s)
             return _measure(cfg, stack, env, path, truth, conf, input_, onset_ns, w_ns, window_s, load_start,

@@ -256,6 +256,8 @@ def edge(nodes: int, gpus: int, steps: int | None, profile: str, seed: int, faul
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--broker", type=click.Choice(["tansu", "kafka"]), default="tansu", show_default=True,
               help="Broker `eroica up` starts (kafka: Apache Kafka from the installed jars).")
+@click.option("--summarisers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Summariser processes of the stack (`eroica up --summarisers`), sharing the raw partitions.")
 @click.option("--drain-s", type=click.FloatRange(min=1.0), default=120.0, show_default=True,
               help="How long the pipeline may take to drain once the replay ended.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
@@ -268,7 +270,7 @@ def edge(nodes: int, gpus: int, steps: int | None, profile: str, seed: int, faul
                    "or carry none (windows close one lateness after the guessed marks).")
 def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: float | None, fault: str | None,
          fault_at: float, profile: str, seed: int, broker: str, drain_s: float, fmt: str, json_path: str | None,
-         work_dir: str | None, declared_watermarks: bool) -> None:
+         work_dir: str | None, declared_watermarks: bool, summarisers: int) -> None:
     """A simulated job replayed at its real event rate through `eroica up`: does the stack keep up?
 
     \b
@@ -285,6 +287,7 @@ def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: fl
     Examples:
       eroica bench live --ranks 1024
       eroica bench live --ranks 1024 --ranks 2048 --ranks 4096 --windows 6 --json live.json
+      eroica bench live --ranks 2048 --summarisers 2
       EROICA_WINDOW_S=4 eroica bench live --ranks 16 --windows 6 --format json
     """
     from pathlib import Path
@@ -307,7 +310,7 @@ def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: fl
         base = LiveConfig(ranks=(ranks or (1024,))[0], steps=steps, windows=windows, window_s=window_s, fault=fault,
                           fault_at=fault_at, profile=profile, seed=seed, broker=broker, drain_s=drain_s,
                           work_dir=Path(work_dir) if work_dir else None, progress=progress,
-                          declared_watermarks=declared_watermarks)
+                          declared_watermarks=declared_watermarks, summarisers=summarisers)
         run_ladder(base, ranks or (1024,), lambda _n: steps, report)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

@@ -62,13 +62,16 @@ stack already runs in the data directory), 2 usage error.""")
 @click.option("--restart/--no-restart", default=True, show_default=True,
               help="Restart a crashed child, and a dead broker (on its port), with exponential backoff "
                    "(1, 2, 4 s... at most 60 s) within the budget above.")
+@click.option("--summarisers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Summariser processes sharing the raw topic's partitions (one consumer group). One is one "
+                   "Python process: a job whose raw rate needs more than a core needs more (see README, Live).")
 @click.option("--stop-timeout", type=click.FloatRange(min=0.5), default=10.0, show_default=True,
               metavar="SECONDS", help="Grace period per shutdown stage before SIGKILL.")
 @click.option("--ready-timeout", type=click.FloatRange(min=1.0), default=90.0, show_default=True,
               metavar="SECONDS", help="Give up when a part does not answer within this time at start.")
 def up(data_dir: Path | None, bootstrap: str | None, broker_kind: str | None, clickhouse_url: str | None,
        restart: bool, stop_timeout: float, ready_timeout: float, max_restarts: int,
-       restart_window: float) -> None:
+       restart_window: float, summarisers: int) -> None:
     """Run broker, stream workers and ClickHouse sink on this machine until Ctrl-C."""
     from eroica.stack.local import LocalStack, StackError
     from eroica.kafka.admin import BrokerError
@@ -98,7 +101,7 @@ def up(data_dir: Path | None, bootstrap: str | None, broker_kind: str | None, cl
     signal.signal(signal.SIGINT, on_signal)
     stack = LocalStack(root, kafka=bootstrap, broker_kind=broker_kind or "tansu", clickhouse_url=clickhouse_url,
                        restart=restart, stop_timeout_s=stop_timeout, max_restarts=max_restarts,
-                       restart_window_s=restart_window)
+                       restart_window_s=restart_window, summarisers=summarisers)
     try:
         stack.start(ready_timeout_s=ready_timeout)
         started.set()

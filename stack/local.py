@@ -68,7 +68,7 @@ from .tansu import TansuBroker
 
 Clock = Callable[[], float]
 
-__all__ = ["BROKERS", "LocalStack", "Service", "StackError", "worker_command_available", "WORKERS"]
+__all__ = ["BROKERS", "LocalStack", "Service", "StackError", "service_role", "worker_command_available", "WORKERS"]
 
 WORKERS: tuple[str, ...] = ("summariser", "detector")
 BROKERS: tuple[str, ...] = ("tansu", "kafka")
@@ -84,6 +84,12 @@ class StackError(RuntimeError):
 # Each child's entry point: a module run with ``python -m`` (the layer that owns the process).
 CHILD_MODULES: dict[str, str] = {"summariser": "eroica.streams.faust", "detector": "eroica.streams.faust",
                                  "sink": "eroica.sinks.clickhouse"}
+
+
+def service_role(name: str) -> str:
+    """The role a service runs: ``summariser-2`` runs ``summariser`` (one of several in its group)."""
+    role, _, index = name.rpartition("-")
+    return role if role in CHILD_MODULES and index.isdigit() else name
 
 
 def worker_command_available() -> bool:
@@ -193,8 +199,13 @@ class LocalStack:
     to start otherwise, ``tansu`` or ``kafka`` (Apache Kafka). ``clickhouse_url``: a
     ClickHouse server for the sink; default chdb in ``data_dir/chdb``.
     ``workers``: which ``eroica worker`` roles to run (skipped, with a
-    message, when the command is not installed). ``env``: the base
-    environment of the children (default: this process's).
+    message, when the command is not installed). ``summarisers``: how many
+    summariser processes (``summariser``, ``summariser-2``, ...): one
+    consumer group, the raw topic's partitions shared among them by Kafka's
+    rebalancing, each with its own data directory and port. A summariser is
+    one Python process, so a job whose raw rate needs more than a core needs
+    more of them. ``env``: the base environment of the children (default:
+    this process's).
     """
 
     data_dir: Path
@@ -202,6 +213,7 @@ class LocalStack:
     broker_kind: str = "tansu"
     clickhouse_url: str | None = None
     workers: Sequence[str] = WORKERS
+    summarisers: int = 1
     restart: bool = True
     max_restarts: int = 3
     restart_window_s: float = 600.0
@@ -227,6 +239,8 @@ class LocalStack:
         self.data_dir = Path(self.data_dir).expanduser().resolve()
         if self.broker_kind not in BROKERS:
             raise ValueError(f"broker must be one of {', '.join(BROKERS)}, got {self.broker_kind!r}")
+        if self.summarisers < 1:
+            raise ValueError(f"summarisers must be at least 1, got {self.summarisers}")
 
     # -- derived ----------------------------------------------------------------------
     @property
@@ -357,15 +371,21 @@ class LocalStack:
         if roles and not worker_command_available():
             self.on_event(f"`eroica worker` is not installed in this version: not starting {', '.join(roles)}")
             roles = []
+        names = []
+        for role in roles:
+            names.append(role)
+            if role == "summariser":
+                names += [f"summariser-{i}" for i in range(2, self.summarisers + 1)]
         specs = []
         taken: set[int] = set()
-        for name in [*roles, "sink"]:
+        for name in [*names, "sink"]:
+            role = service_role(name)
             port = free_port()
             while port in taken:
                 port = free_port()
             taken.add(port)
             (self.data_dir / name).mkdir(parents=True, exist_ok=True)
-            argv = [self.python, "-m", CHILD_MODULES[name], *((name,) if name != "sink" else ())]
+            argv = [self.python, "-m", CHILD_MODULES[role], *((role,) if role != "sink" else ())]
             # faust's web server (streams/faust/settings.py) serves /eroica/stats; the sink /health
             path = "/health" if name == "sink" else "/eroica/stats"
             specs.append(Service(name, argv, self._child_env(name, port), port, f"http://127.0.0.1:{port}{path}",

@@ -8,9 +8,12 @@ verdict names the throttled rank, within a few windows of its onset.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from eroica.bench.live import (Sample, judge, lag_slope, lag_stats, parse_stat, stage_cpu, verdict_timing)
+from eroica.bench.live import (Sample, cpu_stats, judge, lag_slope, lag_stats, parse_stat, stage_cpu, table_rows,
+                               verdict_timing)
 
 
 def _sample(t: float, published: int, summarised: int, done: bool = False) -> Sample:
@@ -34,6 +37,35 @@ def test_stage_cpu_counts_each_process_once() -> None:
     got = stage_cpu(table, {"supervisor": 1, "broker": 2, "summariser": 3, "sink": 4, "gone": 42})
     assert got == {"supervisor": (1.0, 10), "broker": (2.0, 20), "summariser": (3.5, 35), "sink": (4.0, 40),
                    "gone": (0.0, 0)}
+
+
+def test_a_role_of_several_processes_is_shown_each_and_summed() -> None:
+    start = Sample(t=0.0, published=0, summarised=0, late=0, corrupt=0, digests_sent=0, digests_read=0, windows=0,
+                   pending_windows=0, held=0, raw_lag=None, digests_lag=None, load1=0.0,
+                   cpu={"summariser": 1.0, "summariser-2": 0.0, "summariser-10": 0.0, "detector": 0.0},
+                   rss_mb={})
+    end = Sample(t=10.0, published=0, summarised=0, late=0, corrupt=0, digests_sent=0, digests_read=0, windows=0,
+                 pending_windows=0, held=0, raw_lag=None, digests_lag=None, load1=0.0,
+                 cpu={"summariser": 5.0, "summariser-2": 3.0, "summariser-10": 1.0, "detector": 2.0},
+                 rss_mb={"summariser": 100.0, "summariser-2": 80.0, "summariser-10": 20.0, "detector": 50.0})
+    got = cpu_stats([start, end], start, None, 8000)
+    assert got["summariser (all)"]["cpu_s"] == 8.0 and got["summariser (all)"]["cores"] == 0.8
+    assert got["summariser (all)"]["records_per_cpu_s"] == 1000 and got["summariser (all)"]["peak_rss_mb"] == 200.0
+    assert "detector (all)" not in got
+    rows = table_rows({"cpu": got})
+    assert [r[0] for r in rows] == ["summariser", "summariser-2", "summariser-10", "summariser (all)", "detector"]
+    assert [r[4] for r in rows] == ["-", "-", "-", "1,000", "4,000"]  # a share of the records has no rate
+
+
+def test_the_stack_runs_as_many_summarisers_as_asked(tmp_path) -> None:
+    from eroica.stack.local import LocalStack, service_role
+
+    specs = LocalStack(tmp_path, summarisers=3)._service_specs()
+    assert [s.name for s in specs] == ["summariser", "summariser-2", "summariser-3", "detector", "sink"]
+    assert [s.argv[-1] for s in specs[:4]] == ["summariser"] * 3 + ["detector"]
+    assert len({s.port for s in specs}) == 5 and len({s.env["EROICA_DATA_DIR"] for s in specs}) == 5
+    assert [service_role(n) for n in ("summariser-2", "sink", "detector-x", "summariser")] == \
+        ["summariser", "sink", "detector-x", "summariser"]
 
 
 def test_a_growing_lag_falls_behind_and_a_bounded_one_does_not() -> None:
@@ -63,12 +95,13 @@ def test_verdict_timing_in_seconds_and_windows() -> None:
     assert verdict_timing(onset, w, offset, None)["found"] is False
 
 
-def test_live_replay_of_a_small_job_through_eroica_up_keeps_up_and_finds_the_fault(tmp_path) -> None:
+@pytest.mark.parametrize("summarisers", [1, 2])
+def test_live_replay_of_a_small_job_through_eroica_up_keeps_up_and_finds_the_fault(tmp_path, summarisers) -> None:
     pytest.importorskip("chdb")
     from eroica.bench.live import LiveConfig, format_table, run
 
     cfg = LiveConfig(ranks=16, windows=6, fault_at=2.5, window_s=4.0, broker="tansu", drain_s=40, idle_s=1.0,
-                     work_dir=tmp_path, env={"EROICA_SINK_FLUSH_MS": "100"})
+                     work_dir=tmp_path, env={"EROICA_SINK_FLUSH_MS": "100"}, summarisers=summarisers)
     r = run(cfg)
     print("\n" + format_table(r))
     culprit = int(cfg.fault_spec().split("rank=")[1])
@@ -84,3 +117,8 @@ def test_live_replay_of_a_small_job_through_eroica_up_keeps_up_and_finds_the_fau
     assert 0 < v["detected_after_s"] <= v["stored_after_s"] and v["verdict_window"] in (0, 1)
     assert r["cpu"]["summariser"]["cpu_s"] > 0 and r["cpu"]["broker"]["cpu_s"] > 0 and r["cpu"]["replay"]["cpu_s"] > 0
     assert r["keeps_up"], r["why_not"]
+    if summarisers == 2:  # the raw partitions were shared: both summarised records (their counts add up, above)
+        assert r["cpu"]["summariser-2"]["cpu_s"] > 0 and "summariser (all)" in r["cpu"]
+        logs = [(tmp_path / "stack" / "logs" / f"{n}.log").read_text() for n in ("summariser", "summariser-2")]
+        read = [int(re.search(r"'frames': \d+, 'records': (\d+)", log.rsplit("final stats", 1)[-1])[1]) for log in logs]
+        assert min(read) > 0 and sum(read) == r["replay"]["delivered_records"], read
