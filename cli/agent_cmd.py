@@ -5,8 +5,12 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # the digesters are imported where they are made: the cli loads streams lazily
+    from eroica.streams.edge import EdgeDigester
 
 
 @click.command(epilog="""\b
@@ -64,7 +68,7 @@ def agent(job: str, bootstrap: str | None, out: str | None, interval_s: float, d
     if edge_digests:
         if not bootstrap:
             raise click.UsageError("--edge-digests publishes to Kafka: give --kafka HOST:PORT")
-        digester = _node_digester(job, sampler.node)
+        digester = node_digester(job, sampler.node)
     try:
         sink = make_sink(path=out, kafka=bootstrap, digester=digester)
     except Exception as exc:
@@ -84,7 +88,7 @@ def agent(job: str, bootstrap: str | None, out: str | None, interval_s: float, d
           + (f", {runner.errors} failed samples" if runner.errors else ""), file=sys.stderr, flush=True)
 
 
-def _node_digester(job: str, node: str):
+def node_digester(job: str, node: str) -> EdgeDigester:
     """The node's edge digester (cli joins the producers and streams layers; neither imports the other)."""
     from eroica.kafka.framing import frame_key
     from eroica.streams.edge import EdgeDigester

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:  # the digesters are imported where they are made: the cli loads streams lazily
+    from eroica.streams.edge import EdgeDigester
 
 
 @click.command(epilog="""\b
@@ -50,11 +55,11 @@ def trace(job: str | None, out: str | None, bootstrap: str | None, no_agent: boo
             raise click.UsageError("--edge-digests publishes to Kafka: give --kafka HOST:PORT")
         from eroica.producers.outputs import hostname
 
-        from .agent_cmd import _node_digester
+        from .agent_cmd import node_digester
 
         job = job or make_job_id(list(command))
         digests = {"rank_digester": f"{__name__}:rank_digester",
-                   "agent_digester": None if no_agent else _node_digester(job, hostname())}
+                   "agent_digester": None if no_agent else node_digester(job, hostname())}
     try:
         result = run_trace(list(command), job=job, out=out, kafka=bootstrap, agent=not no_agent,
                            interval_s=interval_s, keep_parts=keep_parts, **digests)
@@ -63,7 +68,7 @@ def trace(job: str | None, out: str | None, bootstrap: str | None, no_agent: boo
     exit_like(result.returncode)
 
 
-def rank_digester(job: str, node: str, rank: int):
+def rank_digester(job: str, node: str, rank: int) -> EdgeDigester:
     """One traced rank's edge digester (``--edge-digests``; the tracer loads it by name in each rank).
 
     Its source is the rank and its one key the rank's (``job/rank``), as the
