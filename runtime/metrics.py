@@ -105,6 +105,10 @@ DETECTION_DELAY = Histogram("eroica_detection_delay_seconds", "Window end to ver
 SINK_INSERT = Histogram("eroica_sink_insert_seconds", "Duration of a successful batch insert.", ["component"],
                         buckets=_FAST_BUCKETS)
 SINK_INSERT_FAILURES = Counter("eroica_sink_insert_failures", "Failed insert attempts (retried).", ["component"])
+# Valid records a window did not count: ``late`` (their window had closed) or ``repeated`` (a copy of one
+# already in it: an at-least-once producer re-sent it). Either, steadily non-zero, names a producer problem.
+RECORDS_DROPPED = Counter("eroica_records_dropped", "Valid records not counted in their window, by reason.",
+                          ["component", "reason"])
 QUEUE_DROPS = Counter("eroica_producer_queue_drops", "Records dropped on a full producer queue.", ["component"])
 OFFSET_COMMITS = Counter("eroica_offset_commits", "Kafka offset commits after a durable write.", ["component"])
 ALERT_NOTIFICATIONS = Counter("eroica_alert_notifications", "Alert notifications by event and outcome.",
@@ -161,6 +165,12 @@ def records_out(component: str, sink: str, n: int = 1) -> None:
 
 def invalid(component: str, reason: str, n: int = 1) -> None:
     INVALID.labels(component, reason_label(reason)).inc(n)
+
+
+def records_dropped(component: str, reason: str, n: int = 1) -> None:
+    """``reason``: ``late`` or ``repeated`` (see ``RECORDS_DROPPED``)."""
+    if n:
+        _child(RECORDS_DROPPED, component, reason).inc(n)
 
 
 def window_closed(component: str, n: int = 1) -> None:
@@ -350,9 +360,11 @@ def summarise(samples: dict[str, float]) -> str:
     optional = (("invalid", "eroica_invalid_records_total"), ("windows", "eroica_windows_closed_total"),
                 ("insert failures", "eroica_sink_insert_failures_total"),
                 ("queue drops", "eroica_producer_queue_drops_total"),
+                ("late", "eroica_records_dropped_total", {"reason": "late"}),
+                ("repeated", "eroica_records_dropped_total", {"reason": "repeated"}),
                 ("delivery failures", "eroica_alert_delivery_failures_total"))
-    for label, name in optional:
-        v = _total(samples, name)
+    for label, name, *match in optional:
+        v = _total(samples, name, **(match[0] if match else {}))
         if v:
             parts.append(f"{label} {v:,.0f}")
     for label, name in (("detection delay", "eroica_detection_delay_seconds"),

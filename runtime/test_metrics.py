@@ -34,11 +34,16 @@ def test_exposition_scrape_and_summary(tmp_path: Path) -> None:
         metrics.sink_insert("test", 0.02)
         metrics.sink_insert_failure("test")
         metrics.queue_drop("test", 2)
+        metrics.records_dropped("test", "repeated", 4)
+        metrics.records_dropped("test", "late", 0)  # nothing dropped: no series made
         samples = metrics.scrape(server.url)
+        assert samples["eroica_records_dropped_total{component=test,reason=repeated}"] == 4
+        assert "eroica_records_dropped_total{component=test,reason=late}" not in samples
         assert samples["eroica_records_in_total{component=test,source=eroica.verdicts}"] >= 5
         assert samples["eroica_invalid_records_total{component=test,reason=empty message}"] >= 1
         line = metrics.summarise(samples)
         assert line.startswith("in ") and "invalid" in line and "insert failures" in line and "queue drops" in line
+        assert "repeated " in line
         server.announce(tmp_path)
         ann = metrics.read_announcement(tmp_path)
         assert ann is not None and ann["pid"] == os.getpid() and ann["url"] == server.url

@@ -401,7 +401,9 @@ class PartitionSummariser:
         late_before = self.asm.late_records
         # held until the last window its records reach, spans included, is summarised
         last_window = self.asm.add_frame(cols, job, lo, hi)
-        self.stats.late_records += self.asm.late_records - late_before
+        late = self.asm.late_records - late_before
+        self.stats.late_records += late
+        metrics.records_dropped("summariser", "late", late)
         if last_window <= self.asm.closed(job):  # every record was late: nothing to wait for
             return Step(acks=[token])
         declared = _meta.get("wm")
@@ -478,7 +480,9 @@ class PartitionSummariser:
         return step
 
     def _close(self, job: str, js: _Job, windows: list[JobWindow], through: int, end: bool = False) -> Step:
-        self.stats.repeated_records = self.asm.repeated_records  # counted as the windows were released
+        # counted as the windows were released
+        metrics.records_dropped("summariser", "repeated", self.asm.repeated_records - self.stats.repeated_records)
+        self.stats.repeated_records = self.asm.repeated_records
         self.asm.close_through(job, through)
         js.closed_through = max(js.closed_through, through)
         closed_ns = js.closed_through * self.window_ns

@@ -186,14 +186,22 @@ def test_streaming_cores_give_the_verdicts_of_analyze(tmp_path: Path, args: str)
 def test_every_message_delivered_twice_gives_the_verdicts_of_analyze(tmp_path: Path, args: str) -> None:
     """An at-least-once producer re-sends: each message twice, the copy right after it
     (``streams/detection/repeats.py`` drops the copies as windows close)."""
+    from prometheus_client import REGISTRY
+
+    def dropped() -> float:  # the summariser's metric (eroica_records_dropped_total{reason="repeated"})
+        return REGISTRY.get_sample_value("eroica_records_dropped_total",
+                                         {"component": "summariser", "reason": "repeated"}) or 0.0
+
     path = _simulate(tmp_path, args)
     ref = _reference(path)
     pipe = _Pipeline(3)
+    before = dropped()
     pipe.run({p: [m for m in msgs for _ in (0, 1)] for p, msgs in _messages(path, 3).items()}, 2)
     assert sorted(v.verdict_id for v in pipe.verdicts) == ref
     repeated = sum(ps.stats.repeated_records for ps in pipe.sums.values())
     records = sum(ps.stats.records for ps in pipe.sums.values())
     assert repeated == records // 2 and sum(ps.stats.late_records for ps in pipe.sums.values()) == 0
+    assert dropped() - before == repeated
 
 
 @pytest.mark.parametrize("args", [SCENARIOS[0], SCENARIOS[1], SCENARIOS[4]])
