@@ -67,14 +67,13 @@ def _start_agent(job: str, parts: Path | None, kafka: str | None, interval_s: fl
     from eroica.producers.agent import NodeAgent
     from eroica.producers.counters.gpu import GpuSampler, env_rank_base
     from eroica.producers.counters.sampler import NodeSampler
-    from eroica.producers.outputs import DigestKafkaSink, JsonlSink, KafkaSink, hostname
+    from eroica.producers.outputs import hostname, make_sink
 
     node = hostname()
     gpu = GpuSampler(pid_rank=_pid_ranks(parts) if parts is not None else None)
     gpu.rank_base = env_rank_base(len(gpu.handles))
     sampler = NodeSampler(job, node, gpu=gpu)
-    sink = (DigestKafkaSink(kafka, digester) if kafka and digester is not None
-            else KafkaSink(kafka) if kafka else JsonlSink(parts / f"agent-{node}.jsonl"))  # type: ignore[operator]
+    sink = make_sink(kafka=kafka, digester=digester, path=None if parts is None else parts / f"agent-{node}.jsonl")
     return NodeAgent(sampler, sink, interval_s).start()
 
 

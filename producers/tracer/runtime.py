@@ -312,11 +312,11 @@ class Tracer:
             if self._sink_factory is not None:
                 self._sink = self._sink_factory(ident)
             else:
-                from eroica.producers.outputs import JsonlSink, KafkaSink, make_sink
+                from eroica.producers.outputs import make_sink
 
                 digester = self._digester(ident) if self.kafka else None
-                self._sink = (make_sink(kafka=self.kafka, digester=digester) if digester is not None
-                              else KafkaSink(self.kafka) if self.kafka else JsonlSink(self.path_for(ident)))
+                self._sink = make_sink(kafka=self.kafka, digester=digester,
+                                       path=None if self.kafka else self.path_for(ident))
         return self._sink
 
     def _digester(self, ident: Identity):
