@@ -36,7 +36,6 @@ from eroica.models.reader import read_batches
 from eroica.models.verdict import decode_verdict
 from eroica.producers.replay import replay, replay_digests, split_by_node
 from eroica.producers.simulator import SimConfig, write_jsonl
-from eroica.streams.edge import EdgeDigester
 from eroica.streams.cores.detector_core import VERDICTS, DetectorCore
 from eroica.streams.cores.digest_messages import DigestMsg, decode_message
 from eroica.streams.faust.settings import WorkerSettings
@@ -193,10 +192,7 @@ def run(cfg: EdgeBenchConfig) -> dict[str, Any]:
     # -- digest mode: what `eroica replay --edge-digests` publishes, the nodes' cost, the detector ---
     edge_pub = _Capture()
 
-    def make(source: str) -> EdgeDigester:
-        return EdgeDigester(source, ws.window_ns, ws.lateness_ns, ws.max_skew_ns)
-
-    edge_result = replay_digests([path], config, make, publisher=edge_pub, create=False)  # type: ignore[arg-type]
+    edge_result = replay_digests([path], config, ws.edge_digester, publisher=edge_pub, create=False)  # type: ignore[arg-type]
     edge_msgs = [v for t, _k, v in edge_pub.sent if t == config.digests_topic]
     per_node: dict[str, list] = {}
     for b in batches:
@@ -207,7 +203,7 @@ def run(cfg: EdgeBenchConfig) -> dict[str, Any]:
     def digest_nodes() -> int:
         n = 0
         for node, parts in per_node.items():
-            d = make(f"edge/{node}")
+            d = ws.edge_digester(f"edge/{node}")
             for p in parts:
                 n += len(d.add(*p))
             n += len(d.end())

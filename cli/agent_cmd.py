@@ -91,12 +91,10 @@ def agent(job: str, bootstrap: str | None, out: str | None, interval_s: float, d
 def node_digester(job: str, node: str) -> EdgeDigester:
     """The node's edge digester (cli joins the producers and streams layers; neither imports the other)."""
     from eroica.kafka.framing import frame_key
-    from eroica.streams.edge import EdgeDigester
     from eroica.streams.faust.settings import WorkerSettings
 
     try:
         ws = WorkerSettings.from_env()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    return EdgeDigester(f"edge/{node}", ws.window_ns, ws.lateness_ns, ws.max_skew_ns,
-                        keys=[frame_key(job, -1, node)], declared_lateness_ns=ws.declared_lateness_ns)
+    return ws.edge_digester(f"edge/{node}", keys=[frame_key(job, -1, node)], declares=True)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING, Callable
 
 import click
 
 from eroica.cli.main import EXIT_NO_VALID_RECORD
 
 from .stack_options import data_dir_option, kafka_bootstrap, kafka_option
+
+if TYPE_CHECKING:
+    from eroica.streams.edge import EdgeDigester
 
 
 def _parse_rate(value: str) -> float | None:
@@ -150,20 +154,14 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
         sys.exit(EXIT_NO_VALID_RECORD)
 
 
-def _edge_digester():
+def _edge_digester() -> Callable[[str], EdgeDigester]:
     """One node's digester factory, with the stream workers' window settings (the layer that may join both)."""
-    from eroica.streams.edge import EdgeDigester
     from eroica.streams.faust.settings import WorkerSettings
 
     try:
-        ws = WorkerSettings.from_env()
+        return WorkerSettings.from_env().edge_digester
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-
-    def make(source: str) -> EdgeDigester:
-        return EdgeDigester(source, ws.window_ns, ws.lateness_ns, ws.max_skew_ns)
-
-    return make
 
 
 class _Counting:

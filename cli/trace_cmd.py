@@ -80,9 +80,7 @@ def rank_digester(job: str, node: str, rank: int) -> EdgeDigester:
     summariser closes a declaring stream's.
     """
     from eroica.kafka.framing import frame_key
-    from eroica.streams.edge import EdgeDigester
     from eroica.streams.faust.settings import WorkerSettings
 
-    ws = WorkerSettings.from_env()
-    return EdgeDigester(f"edge/{node}/rank-{rank}", ws.window_ns, ws.lateness_ns, ws.max_skew_ns,
-                        keys=[frame_key(job, rank)], declared_lateness_ns=ws.declared_lateness_ns)
+    return WorkerSettings.from_env().edge_digester(f"edge/{node}/rank-{rank}", keys=[frame_key(job, rank)],
+                                                   declares=True)

@@ -40,9 +40,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from eroica.models.frames import DECLARED_LATENESS_NS
+
+if TYPE_CHECKING:
+    from eroica.streams.edge import EdgeDigester
 
 ROLES = ("summariser", "detector")
 
@@ -108,6 +111,21 @@ class WorkerSettings:
     @property
     def max_skew_ns(self) -> int:
         return 2 * self.window_ns if self.max_skew_s is None else int(self.max_skew_s * NS)
+
+    def edge_digester(self, source: str, keys: list[str] | None = None, declares: bool = False) -> "EdgeDigester":
+        """A node's or rank's edge digester that cuts the windows these workers cut.
+
+        One home for the mapping from the workers' window settings to the
+        digester's, so the tracer, the node agent, replay and the bench cannot
+        drift from the summariser they stand in for. ``declares``: the source
+        declares its watermark (the tracer's and agent's flushes), so a window
+        closes ``declared_lateness_ns`` after it is past, as the summariser
+        closes a declaring stream's; otherwise every mark is a guess.
+        """
+        from eroica.streams.edge import EdgeDigester
+
+        return EdgeDigester(source, self.window_ns, self.lateness_ns, self.max_skew_ns, keys=keys,
+                            declared_lateness_ns=self.declared_lateness_ns if declares else None)
 
     def app_id_for(self, role: str) -> str:
         return self.app_id or f"eroica-{role}"
