@@ -16,7 +16,7 @@ import zlib
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import msgspec
 import numpy as np
@@ -129,86 +129,166 @@ class Block:
     """The complete lines of one chunk read: the number of the first, and the lines.
 
     ``joined`` is the lines as one buffer (joined by ``\n``) when none of them
-    is over the size bound, for the reader's whole-chunk fast path; the list
-    of lines (None for a line over the bound) is only cut from it when asked.
+    is over the size bound (``whole``), for the reader's whole-chunk fast
+    paths; the list of lines (None for a line over the bound) is only cut
+    from it when asked. A block of the reader's own buffer
+    (:func:`_buffer_blocks`) holds its lines in ``data[:size]``, and only
+    until the next block is read: the scanner reads them in place (and
+    counts them, setting ``count``), so ``joined`` is copied out and ``count``
+    counted only when a slower path asks for them.
     """
 
-    __slots__ = ("first", "count", "joined", "newlines", "_lines")
+    __slots__ = ("first", "_count", "_joined", "newlines", "_lines", "data", "size")
 
     def __init__(self, first: int, count: int, joined: bytes | None, lines: list[bytes | None] | None = None,
-                 newlines: np.ndarray | None = None) -> None:
-        self.first, self.count, self.joined, self._lines, self.newlines = first, count, joined, lines, newlines
+                 newlines: np.ndarray | None = None, data: np.ndarray | None = None, size: int = -1) -> None:
+        self.first, self._count, self._joined, self._lines, self.newlines = first, count, joined, lines, newlines
+        self.data = data  # when set, with fastjson.PAD bytes of room after size (the scanner's sentinel and more)
+        self.size = size if data is not None else -1 if joined is None else len(joined)
+
+    @property
+    def whole(self) -> bool:
+        """Whether the lines are one buffer (no line over the bound)."""
+        return self.size >= 0
+
+    @property
+    def joined(self) -> bytes | None:
+        if self._joined is None and self.size >= 0:
+            if self.data is None:
+                raise RuntimeError("a block of the reader's buffer was read after the next block")
+            self._joined = self.data[:self.size].tobytes()
+        return self._joined
+
+    @property
+    def count(self) -> int:
+        if self._count < 0:
+            joined = self.joined
+            assert joined is not None  # a block without `joined` is built with its lines, counted
+            self._count = joined.count(b"\n") + 1
+        return self._count
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self._count = value
 
     @property
     def lines(self) -> list[bytes | None]:
         if self._lines is None:
-            assert self.joined is not None  # a block is built with one or the other
-            self._lines = list[bytes | None](self.joined.split(b"\n"))
+            joined = self.joined
+            assert joined is not None  # a block is built with one or the other
+            self._lines = list[bytes | None](joined.split(b"\n"))
         return self._lines
 
+    def release(self) -> int:
+        """Let go of the reader's buffer, about to be read into again (its count settled first); the count."""
+        count = self.count
+        self.data = None
+        return count
 
-def _has_long_line(body: bytes, chunk_len: int, max_line_bytes: int) -> bool:
-    """Whether a line of ``body`` (carry + the chunk up to its last newline) is over the bound.
+
+def _has_long_line(body: bytes | bytearray, size: int, chunk_len: int, max_line_bytes: int) -> bool:
+    """Whether a line of ``body[:size]`` (carry + the chunk up to its last newline) is over the bound.
 
     Every line but the first lies inside the chunk just read and is shorter
     than it, so when a chunk is no longer than the bound (the default: both
     1 MiB) only the first line, the one that carries the previous chunk's
     tail, needs measuring: a ``find``, not a pass over every byte.
     """
-    if len(body) <= max_line_bytes:
+    if size <= max_line_bytes:
         return False
     if chunk_len <= max_line_bytes:
-        first = body.find(b"\n")
-        return (first if first >= 0 else len(body)) > max_line_bytes
-    newlines = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == 0x0A)
-    return int(np.diff(newlines, prepend=-1, append=len(body)).max()) - 1 > max_line_bytes
+        first = body.find(b"\n", 0, size)
+        return (first if first >= 0 else size) > max_line_bytes
+    newlines = np.flatnonzero(np.frombuffer(body, dtype=np.uint8, count=size) == 0x0A)
+    return int(np.diff(newlines, prepend=-1, append=size).max()) - 1 > max_line_bytes
+
+
+def _reader(stream: BinaryIO) -> Callable[[memoryview], int]:
+    """``readinto1`` of the stream, or the same done with ``read1`` (or ``read``) and a copy.
+
+    ``*1``: whatever one underlying read gives, so a pipe's lines flow as they
+    come and a truncated gzip gives up everything it decoded before the error
+    (``read`` would block for, or drop, a chunk).
+    """
+    readinto = getattr(stream, "readinto1", None)
+    if readinto is not None:
+        return readinto  # type: ignore[no-any-return]
+    read = getattr(stream, "read1", stream.read)
+
+    def copy(into: memoryview) -> int:
+        data = read(len(into)) or b""
+        into[:len(data)] = data
+        return len(data)
+    return copy
+
+
+def _buffer_blocks(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Iterator[Block]:
+    """The blocks of :func:`iter_blocks`, each held in one buffer kept for the whole read.
+
+    Why: each chunk is read straight into the buffer behind the previous
+    chunk's unfinished line, so no byte is copied on the way (``carry +
+    chunk[:cut]`` copied each one twice) and no chunk-sized object is
+    allocated per chunk. The price: a block's ``data`` is only valid until
+    the next block is asked for (then it is released: its count settled, its
+    buffer let go), which the reader's own loop (:func:`parse_blocks`) honours.
+    """
+    chunk_bytes = CHUNK_BYTES
+    buf = bytearray(2 * chunk_bytes + fastjson.PAD)  # an unfinished line, a chunk, and the scanner's PAD
+    view, arr = memoryview(buf), np.frombuffer(buf, dtype=np.uint8)
+    readinto = _reader(stream)
+    filled = 0  # the buffer's first bytes: the previous chunks' unfinished last line (none while skipping)
+    skipping = False  # inside a line over the bound: dropped up to its end
+    lineno = 0
+    while True:
+        if filled + chunk_bytes + fastjson.PAD > len(buf):  # an unfinished line longer than a chunk: grow
+            buf = bytearray(max(2 * len(buf), filled + chunk_bytes + fastjson.PAD))
+            buf[:filled] = view[:filled]
+            view, arr = memoryview(buf), np.frombuffer(buf, dtype=np.uint8)
+        got = readinto(view[filled:filled + chunk_bytes])
+        if not got:
+            break
+        end = filled + got
+        cut = buf.rfind(b"\n", filled, end)
+        if cut < 0:  # no line ends in this chunk
+            if skipping or end > max_line_bytes:
+                skipping, filled = True, 0
+            else:
+                filled = end
+            continue
+        if skipping:
+            parts: list[bytes | None] = [None]  # the rest of the line being skipped
+            parts += [p if len(p) <= max_line_bytes else None for p in bytes(view[:cut]).split(b"\n")[1:]]
+            block = Block(lineno + 1, len(parts), None, parts)
+            skipping = False
+        elif _has_long_line(buf, cut, got, max_line_bytes):
+            lines = [p if len(p) <= max_line_bytes else None for p in bytes(view[:cut]).split(b"\n")]
+            block = Block(lineno + 1, len(lines), None, lines)
+        else:
+            block = Block(lineno + 1, -1, None, data=arr, size=cut)
+        yield block
+        lineno += block.release()
+        tail = end - cut - 1
+        if tail > max_line_bytes:
+            skipping, filled = True, 0
+        else:
+            arr[:tail] = arr[cut + 1:end]  # numpy copies overlapping ranges correctly
+            filled = tail
+    if skipping:
+        yield Block(lineno + 1, 1, None, [None])
+    elif filled:
+        yield Block(lineno + 1, 1, None, None, np.empty(0, dtype=np.intp), data=arr, size=filled)
 
 
 def iter_blocks(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Iterator[Block]:
-    """The lines of each chunk read, as one :class:`Block` each (the same lines as :func:`iter_lines`)."""
-    carry = b""
-    skipping = False
-    lineno = 0
-    # read1: whatever one underlying read gives (at most CHUNK_BYTES), so a
-    # pipe's lines flow as they come and a truncated gzip gives up everything
-    # it decoded before the error (read() would block for, or drop, a chunk).
-    read = getattr(stream, "read1", stream.read)
-    while True:
-        chunk = read(CHUNK_BYTES)
-        if not chunk:
-            break
-        cut = chunk.rfind(b"\n")
-        block: Block | None = None
-        if cut < 0:
-            tail = chunk if skipping else carry + chunk
-        elif not skipping:
-            body = carry + chunk[:cut] if carry else chunk[:cut]
-            tail = chunk[cut + 1:]
-            count = body.count(b"\n") + 1  # memchr speed; the newlines' offsets only if a block needs them
-            if _has_long_line(body, len(chunk), max_line_bytes):
-                block = Block(lineno + 1, count, None,
-                              [p if len(p) <= max_line_bytes else None for p in body.split(b"\n")])
-            else:
-                block = Block(lineno + 1, count, body)
-        else:
-            parts: list[bytes | None] = [None]  # the rest of the line being skipped
-            parts += [p if len(p) <= max_line_bytes else None for p in chunk[:cut].split(b"\n")[1:]]
-            block = Block(lineno + 1, len(parts), None, parts)
-            tail = chunk[cut + 1:]
-            skipping = False
-        if block is not None:
-            lineno += block.count
-            yield block
-        if skipping:
-            carry = b""
-        elif len(tail) > max_line_bytes:
-            skipping, carry = True, b""
-        else:
-            carry = tail
-    if skipping:
-        yield Block(lineno + 1, 1, None, [None])
-    elif carry:
-        yield Block(lineno + 1, 1, carry, [carry], np.empty(0, dtype=np.intp))
+    """The lines of each chunk read, as one :class:`Block` each (the same lines as :func:`iter_lines`).
+
+    Each block owns its bytes (``joined``), so blocks may be kept; the reader
+    itself reads :func:`_buffer_blocks`, in place.
+    """
+    for block in _buffer_blocks(stream, max_line_bytes):
+        block.joined  # noqa: B018 - copied out of the buffer now, before it is read into again
+        block.release()
+        yield block
 
 
 def iter_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE) -> Iterator[tuple[int, bytes | None]]:
@@ -232,9 +312,9 @@ def read_batches(
         # the records read before it instead of dropping its pending batch.
         lineno = 0
         try:
-            for block in iter_blocks(stream, max_line_bytes):
-                lineno = block.first + block.count - 1
+            for block in _buffer_blocks(stream, max_line_bytes):
                 yield block
+                lineno = block.first + block.count - 1  # once parsed: the scanner counted its lines
         except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
             failure.append(Invalid(name, lineno + 1, f"unreadable input: {exc}", b""))
 
@@ -366,7 +446,7 @@ def parse_blocks(
     """:func:`parse_lines` over :func:`iter_blocks`: the same batches, a block at once where it can.
 
     Three ways for a block, the first that can answer: the compiled scanner
-    (:func:`fastjson.scan_chunk`, straight to columns, no Python object per
+    (:class:`fastjson.Scanner`, straight to columns, no Python object per
     record; used once the input is large enough to pay for loading it), one
     typed ``decode_lines`` call (:func:`decode_block`), or line by line
     exactly as :func:`parse_lines` does (same reasons, same dead letters).
@@ -375,6 +455,7 @@ def parse_blocks(
     columns, rejects).
     """
     parts: list[list[Record] | tuple[fastjson.ChunkColumns, int, int]] = []
+    scanner: fastjson.Scanner | None = None  # its arrays, kept from block to block
     records: list[Record] = []  # the last part, while it is a list of decoded records
     pending = 0  # records in parts (rejects are counted from `invalid`)
     invalid: list[Invalid] = []
@@ -396,10 +477,12 @@ def parse_blocks(
         return batch
 
     for block in blocks:
-        joined = block.joined
-        if joined is not None:
-            seen_bytes += len(joined) + 1
-            chunk = fastjson.scan_chunk(joined, block.count) if fastjson.worth_it(max(seen_bytes, expected_bytes)) else None
+        if block.whole:
+            seen_bytes += block.size + 1
+            chunk = None
+            if fastjson.worth_it(max(seen_bytes, expected_bytes)):
+                scanner = scanner or fastjson.Scanner()
+                chunk = _scan(scanner, block)
             if chunk is not None:
                 lo, n = 0, len(chunk)
                 while lo < n:
@@ -410,7 +493,7 @@ def parse_blocks(
                     if pending + len(invalid) >= batch_records:
                         yield flush()
                 continue
-        decoded = decode_block(block) if joined is not None else None
+        decoded = decode_block(block) if block.whole else None
         if decoded is not None:
             while decoded:
                 room = max(1, batch_records - pending - len(invalid))
@@ -444,6 +527,19 @@ def parse_blocks(
                 yield flush()
     if pending or invalid:
         yield flush()
+
+
+def _scan(scanner: fastjson.Scanner, block: Block) -> fastjson.ChunkColumns | None:
+    """A whole block's lines through the scanner: in place in the reader's buffer, else from a copy."""
+    if block.data is not None:
+        chunk = scanner.scan(block.data, block.size)
+    else:
+        joined = block.joined
+        assert joined is not None  # whole
+        chunk = scanner.scan(fastjson.padded(joined), len(joined))
+    if chunk is not None:
+        block.count = len(chunk)
+    return chunk
 
 
 def _flush_parts(parts: list[list[Record] | tuple[fastjson.ChunkColumns, int, int]],

@@ -75,22 +75,22 @@ def read_both(path: Path, **kw: Any) -> tuple[list[reader.Batch], list[reader.Ba
     with mock.patch.object(fastjson, "worth_it", lambda _n: False):
         base = list(reader.read_batches(path, **kw))
     scanned = 0
-    real = fastjson.scan_chunk
+    real = fastjson.Scanner.scan
 
-    def spy(joined: bytes, n_lines: int) -> fastjson.ChunkColumns | None:
+    def spy(self: fastjson.Scanner, data: np.ndarray, size: int) -> fastjson.ChunkColumns | None:
         nonlocal scanned
-        out = real(joined, n_lines)
+        out = real(self, data, size)
         scanned += out is not None
         return out
 
-    with mock.patch.object(fastjson, "scan_chunk", spy), mock.patch.object(fastjson, "FAST_AFTER_BYTES", 0):
+    with mock.patch.object(fastjson.Scanner, "scan", spy), mock.patch.object(fastjson, "FAST_AFTER_BYTES", 0):
         fast = list(reader.read_batches(path, **kw))
     return fast, base, scanned
 
 
 def judge_line(line: bytes) -> bool:
     """Soundness on one line: if the scanner takes it, msgspec takes it too, with the same columns."""
-    chunk = fastjson.scan_chunk(line, 1)
+    chunk = fastjson.scan_chunk(line)
     try:
         rec = reader.decode_line(line)
     except msgspec.DecodeError:
@@ -394,7 +394,7 @@ def test_merge_orders_vocabularies_by_first_appearance_across_parts(kernels):
     """Strings first seen late in one chunk but early in a batch slice keep the batch's own order."""
     rows = [b'{"type":"host","job":"j","node":"%s","ts_ns":1}' % n for n in (b"a", b"b", b"c", b"b", b"a", b"d")]
     joined = b"\n".join(rows)
-    chunk = fastjson.scan_chunk(joined, len(rows))
+    chunk = fastjson.scan_chunk(joined)
     assert chunk is not None
     recs = [reader.decode_line(r) for r in rows]
     for lo, hi in [(0, 6), (3, 6), (1, 5), (4, 5)]:
@@ -430,3 +430,104 @@ def test_field_table_agrees_with_the_structs(monkeypatch):
     fields[i] = ("dur_ns", fastjson.T_INT, MAX_DUR_NS + 1, False)  # a bound the structs do not have
     monkeypatch.setattr(fastjson, "_FIELDS", fields)
     assert [d.split(":")[0] for d in fastjson.drift()] == ["fn.dur_ns"]
+
+
+# ------------------------------------------------------------------------------------------------
+# One Scanner for a whole read: arrays reused, nothing filled in before a chunk.
+
+_SAMPLE = {fastjson.T_STR: "s", fastjson.T_INT: 7, fastjson.T_FLT: 1.5, fastjson.T_BOOL: True,
+           fastjson.T_KIND: "io", fastjson.T_OP: "send"}
+
+
+def _record_line(kind: str, fill: str) -> bytes:
+    """A line of ``kind`` with every optional field given (``fill="all"``), null where it may be, or absent."""
+    k = fastjson.KINDS.index(kind)
+    obj: dict[str, Any] = {}
+    for i, (name, t, _hi, nullable) in enumerate(fastjson._FIELDS):
+        if not fastjson.ALLOWED[k, i]:
+            continue
+        required = fastjson.REQUIRED[k, i]
+        if t == fastjson.T_TAG:
+            obj[name] = kind
+        elif required or fill == "all":
+            obj[name] = _SAMPLE[t]
+        elif fill == "null" and nullable:
+            obj[name] = None
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def test_scanner_arrays_are_reused_across_chunks_of_other_kinds(kernels):
+    """A line writes every value of its kind, absent ones too, so no value of an earlier chunk shows through."""
+    full = {kind: _record_line(kind, "all") for kind in fastjson.KINDS}
+    nulls = {kind: _record_line(kind, "null") for kind in fastjson.KINDS}
+    bare = {kind: _record_line(kind, "none") for kind in fastjson.KINDS}
+    chunks = [[full["gpu"]] * 4 + [full["fn"], full["nic"], full["host"]],  # the largest first: no regrowth
+              [bare["gpu"], nulls["gpu"], bare["gpu"]],
+              [nulls["fn"], full["fn"], bare["fn"]],
+              [bare["host"], nulls["nic"], bare["nic"], nulls["host"]],
+              [bare["fn"], bare["gpu"], bare["nic"], bare["host"]]]
+    scanner = fastjson.Scanner()
+    arrays = None
+    for lines in chunks:
+        joined = b"\n".join(lines)
+        chunk = scanner.scan(fastjson.padded(joined), len(joined))
+        assert chunk is not None and len(chunk) == len(lines)
+        arrays = arrays or (scanner.ivals, scanner.fvals, scanner.svals)
+        assert (scanner.ivals, scanner.fvals, scanner.svals) == arrays  # the very same arrays, reused
+        recs = [reader.decode_line(line) for line in lines]
+        for k in chunk.rows:
+            tag = fastjson.KINDS[k]
+            got = fastjson.merge(tag, [(chunk, 0, len(chunk))])
+            assert got is not None
+            want = C.from_records(tag, [r for r in recs if r.__struct_config__.tag == tag])
+            assert_same_columns(got, want, f"{tag} {lines}")
+
+
+def test_min_line_is_the_shortest_line_accepted(kernels):
+    """The line count of a chunk is bounded by MIN_LINE, not counted: no accepted line may be shorter."""
+    line = min((_record_line(kind, "none").replace(b'"s"', b'""').replace(b"7", b"0") for kind in fastjson.KINDS),
+               key=len)
+    assert len(line) == fastjson.MIN_LINE
+    assert judge_line(line)
+    for i in range(len(line)):  # one byte fewer, anywhere: refused
+        assert not judge_line(line[:i] + line[i + 1:])
+    joined = b"\n".join([line] * 500)
+    chunk = fastjson.scan_chunk(joined)
+    assert chunk is not None and len(chunk) == 500 <= fastjson.max_lines(len(joined)) <= 501
+
+
+def test_bytes_after_the_chunk_are_never_part_of_it(kernels):
+    """The scanner stops at its sentinel (written at the chunk's end) whatever the buffer holds after it."""
+    good = b'{"type":"host","job":"j","node":"n","ts_ns":1,"load1":2.5}'
+    for cut in range(len(good) + 1):
+        joined = good[:cut]
+        for after in (b"", good[cut:], good[cut:] + b"\n" + good, b"x" * 20):
+            data = fastjson.padded(joined + after)
+            got = fastjson.Scanner().scan(data, len(joined))
+            assert (got is not None) == (cut == len(good)), (joined, after)
+    with pytest.raises(ValueError):  # no room for the sentinel and the rest of its word
+        fastjson.Scanner().scan(np.frombuffer(good + b"\0", dtype=np.uint8).copy(), len(good))
+
+
+@pytest.mark.parametrize("byte,accepted", [(b"\\", False), (b"\x00", False), (b"\x1f", False), (b'"', False),
+                                           (b"\x7f", True), (b"\xc3\xa9", True), (b"\xff", False)])
+def test_string_bytes_at_every_offset_of_a_word(kernels, byte, accepted):
+    """Strings are scanned eight bytes at a time: a byte that matters is found wherever in a word it falls."""
+    for length in range(1, 18):
+        for at in range(length):
+            value = b"a" * at + byte + b"a" * (length - at - 1)
+            assert judge_line(_FN + b',"group":"' + value + b'"}') is accepted, value
+
+
+def test_strings_that_differ_in_one_byte_of_a_word(kernels):
+    """Strings are compared with the field's last value a word at a time: one byte apart, anywhere, is another."""
+    for length in range(1, 18):
+        for at in range(length):
+            a = b"a" * length
+            b = a[:at] + b"b" + a[at + 1:]
+            lines = [_FN + b',"group":"%s"}' % v for v in (a, b, a, b, b)]
+            chunk = fastjson.scan_chunk(b"\n".join(lines))
+            assert chunk is not None
+            got = fastjson.merge("fn", [(chunk, 0, len(lines))])
+            assert got is not None
+            assert_same_columns(got, C.from_records("fn", [reader.decode_line(x) for x in lines]), repr(b))

@@ -594,6 +594,72 @@ def test_block_fast_path_is_taken_for_clean_input() -> None:
         assert reader.decode_block(reader.Block(1, len(mixed), b"\n".join(mixed))) is None
 
 
+# -- the reader's own buffer (reader._buffer_blocks): read in place, each block until the next ---------
+
+class _ReadOnly:
+    """A stream with ``read`` only (no ``readinto1``, no ``read1``): the buffer is filled from copies."""
+
+    def __init__(self, data: bytes, step: int) -> None:
+        self.data, self.step = data, step
+
+    def read(self, n: int) -> bytes:
+        out, self.data = self.data[:min(n, self.step)], self.data[min(n, self.step):]
+        return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_content, st.sampled_from([1, 2, 3, 17, 256, 1 << 20]), st.sampled_from([8, 64, 200, 1 << 20]),
+       st.sampled_from([None, 1, 5]))
+def test_buffered_blocks_hold_the_input_lines(data, chunk, max_line, read_step):
+    """Lines cut across chunks, carried, grown past a chunk or skipped: each block's are the input's, numbered."""
+    stream = io.BytesIO(data) if read_step is None else _ReadOnly(data, read_step)
+    got: list[bytes | None] = []
+    with mock.patch.object(reader, "CHUNK_BYTES", chunk):
+        for block in reader._buffer_blocks(stream, max_line):  # type: ignore[arg-type]
+            assert block.first == len(got) + 1
+            got += block.lines  # read before the next block is asked for
+            assert block.count == len(block.lines)
+    parts = data.split(b"\n")
+    if parts[-1] == b"":
+        parts.pop()
+    assert got == [p if len(p) <= max_line else None for p in parts]
+
+
+def test_a_buffered_block_is_gone_once_the_next_is_read():
+    data = b"\n".join(enc(fn(i)) for i in range(50)) + b"\n"
+    with mock.patch.object(reader, "CHUNK_BYTES", 256):
+        blocks = reader._buffer_blocks(io.BytesIO(data))
+        first = next(blocks)
+        assert first.data is not None and first.whole
+        first.count = data[:256].count(b"\n")  # as the scanner does: lines counted, never copied out
+        second = next(blocks)
+        next(blocks)
+    with pytest.raises(RuntimeError):
+        first.joined  # noqa: B018
+    assert second.count == data[256:512].count(b"\n")  # not counted by a scanner: counted before it was gone
+    assert second.joined is not None and second.joined.startswith(enc(fn(first.count)))
+
+
+def test_owned_blocks_parse_as_the_reader_does(tmp_path, monkeypatch):
+    """parse_blocks over iter_blocks' blocks (their own bytes, scanned from a copy) gives read_batches' batches."""
+    from eroica.models import fastjson
+
+    lines = [enc(m(i)) for i in range(200) for m in MAKERS[:4]]
+    lines[333] = b'{"type":"fn"'
+    p = write(tmp_path / "a", b"\n".join(lines))
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 1 << 12)
+    monkeypatch.setattr(fastjson, "FAST_AFTER_BYTES", 0)
+    try:
+        direct = _batches_as_data(read_batches(p, batch_records=150))
+        stream, name = open_source(p)
+        with stream:
+            owned = _batches_as_data(reader.parse_blocks(reader.iter_blocks(stream), name, batch_records=150))
+    finally:
+        fastjson.use_kernels(None)  # loaded on demand again, as other tests expect
+    assert owned == direct
+    assert sum(len(i) for _, _, i in direct) == 1
+
+
 def test_columns_from_structs_match_field_by_field() -> None:
     objs = [fn(i) | ({"bytes": 2**62 + i, "op": "all_reduce", "group": "g", "stream": 3} if i % 3 else {})
             for i in range(50)] + [gpu(i) | ({"mem_used_bytes": 2**60 + 1} if i % 2 else {}) for i in range(20)]
