@@ -212,7 +212,8 @@ def collective_kernels(fn: Columns) -> Columns:
     if not is_coll.any():
         return fn
     a = fn.arrays
-    hit = (a["kind"] == k_kernel) & is_coll[a["fn"]]
+    hit = np.take(is_coll, a["fn"])  # (a small table: take is about twice as fast as an index)
+    hit &= a["kind"] == k_kernel
     if not hit.any():
         return fn
     arrays = dict(a)
@@ -236,10 +237,6 @@ def concat(batches: Sequence[Columns]) -> Columns:
         if dtype != CAT:
             arrays[name] = np.concatenate([b.arrays[name] for b in batches])
             continue
-        # Frames of one stream repeat one vocabulary (a rank's function names): each distinct one is
-        # mapped once into the merged table, and every batch's codes are shifted to its vocabulary's
-        # block of one combined remap and looked up in one pass (a per-batch, per-string loop was most
-        # of a window's concat).
         if any(not b.vocab[name] for b in batches):  # codes without a vocabulary pass through as they are
             table: dict[str, int] = {}
             parts = []
@@ -250,25 +247,45 @@ def concat(batches: Sequence[Columns]) -> Columns:
             arrays[name] = np.concatenate(parts)
             vocab[name] = list(table)
             continue
-        table = {}
-        block_of: dict[tuple[str, ...], int] = {}
-        remaps: list[np.ndarray] = []
-        offsets = np.empty(len(batches), dtype=np.int64)
-        size = 0
-        for i, b in enumerate(batches):
-            voc = tuple(b.vocab[name])
-            at = block_of.get(voc)
-            if at is None:
-                at = block_of[voc] = size
-                remaps.append(np.fromiter((table.setdefault(s, len(table)) for s in voc), dtype=np.int32,
-                                          count=len(voc)))
-                size += len(voc)
-            offsets[i] = at
-        codes = np.concatenate([b.arrays[name] for b in batches]).astype(np.int64)
-        codes += np.repeat(offsets, [len(b) for b in batches])
-        arrays[name] = np.concatenate(remaps)[codes]
-        vocab[name] = list(table)
+        arrays[name], vocab[name] = _merged_codes(batches, name)
     return Columns(type_, arrays, vocab)
+
+
+def _merged_codes(batches: Sequence[Columns], name: str) -> tuple[np.ndarray, list[str]]:
+    """One categorical column of ``batches`` (each with a vocabulary) in their merged vocabulary, and that.
+
+    The merged vocabulary numbers the strings in order of first appearance,
+    batch by batch. Frames of one stream repeat one vocabulary (a rank's
+    function names): each distinct one is mapped once into the merged table
+    (a per-batch, per-string loop was most of a window's concat), and each
+    batch's codes are written into their place in the output by one lookup
+    in its vocabulary's code table, or one copy where that table is the
+    identity (the first batch's, and any that repeats a prefix of the merged
+    vocabulary in its order): one pass over the codes, where shifting them
+    into one combined table first took four.
+    """
+    table: dict[str, int] = {}
+    remap_of: dict[tuple[str, ...], np.ndarray | None] = {}  # None: the identity
+    out = np.empty(sum(len(b) for b in batches), dtype=np.int32)
+    at = 0
+    for b in batches:
+        voc = tuple(b.vocab[name])
+        if voc in remap_of:
+            remap = remap_of[voc]
+        else:
+            new = [s for s in dict.fromkeys(voc) if s not in table]  # first appearances, in order
+            table.update(zip(new, range(len(table), len(table) + len(new))))
+            remap = np.fromiter(map(table.__getitem__, voc), dtype=np.int32, count=len(voc))
+            if bool((remap == np.arange(remap.size, dtype=np.int32)).all()):
+                remap = None
+            remap_of[voc] = remap
+        codes = b.arrays[name]
+        if remap is None:
+            out[at:at + codes.size] = codes
+        else:
+            np.take(remap, codes, out=out[at:at + codes.size], mode="clip")  # valid codes: no bounds check
+        at += codes.size
+    return out, list(table)
 
 
 def to_records(cols: Columns) -> list[dict[str, Any]]:

@@ -377,7 +377,7 @@ def _concat_one_by_one(batches: list[C.Columns], name: str) -> tuple[np.ndarray,
     return np.concatenate(parts), list(table)
 
 
-VOCABS = [["a", "b", "c"], ["c", "a"], ["x"], ["b", "z", "a", "q"]]
+VOCABS = [["a", "b", "c"], ["c", "a"], ["x"], ["b", "z", "a", "q"], ["a", "b"]]  # the last: a prefix (no remap)
 
 
 @settings(max_examples=60, deadline=None)

@@ -116,3 +116,48 @@ def test_real_traces_lose_no_record(name: str, tmp_path: Path, shared_dir: Path)
     windows = asm.flush()
     assert n > 4000 and asm.repeated_records == 0
     assert sum(w.records for w in windows) == n
+
+
+def test_the_compiled_hash_drops_what_numpy_s_drops() -> None:
+    """Copies found with the summariser's kernels loaded (fn records hashed in one compiled pass) are those found
+    without them."""
+    from eroica.streams.detection import kernels
+
+    rng = np.random.default_rng(5)
+    rows = [dict(ts_ns=int(rng.integers(0, 50)), dur_ns=int(rng.integers(0, 3)), rank=int(rng.integers(0, 3)),
+                 stream=int(rng.integers(0, 2))) for _ in range(300)]
+    cols = _fn(rows)
+    kernels.use_kernels("numpy")
+    try:
+        want = first_copies(cols)
+        kernels.use_kernels("python")
+        assert kernels.loaded() is not None
+        with np.errstate(over="ignore"):  # interpreted, numpy's scalars warn where the hash wraps
+            got = first_copies(cols)
+    finally:
+        kernels.use_kernels(None)
+    assert want is not None and got is not None and not want.all() and np.array_equal(got, want)
+
+
+def test_a_batch_splits_into_its_windows_in_record_order() -> None:
+    """The assembler's split: each (job, window) piece holds that window's records in record order, the pieces
+    in (job, window) order, whether the records come in time order (slices) or not (a counting sort)."""
+    from eroica.streams.detection.windows import split
+
+    rng = np.random.default_rng(6)
+    for trial in range(30):
+        n = int(rng.integers(1, 200))
+        ts = rng.integers(0, 4 * W, n)
+        if trial % 2:
+            ts.sort()
+        jobs = ["a", "b", "c"][: 1 + trial % 3]
+        rows = [FnRecord(job=str(rng.choice(jobs)), node="n", rank=i, step=1, fn="f", kind="kernel", ts_ns=int(t),
+                         dur_ns=1) for i, t in enumerate(ts)]
+        cols = from_records("fn", rows)
+        pieces = split(cols, W)
+        want: dict[tuple[str, int], list[int]] = {}
+        for r in rows:
+            want.setdefault((r.job, r.ts_ns // W), []).append(r.rank)
+        code = {j: i for i, j in enumerate(cols.vocab["job"])}
+        assert list(pieces) == sorted(want, key=lambda k: (code[k[0]], k[1]))
+        assert {k: p.arrays["rank"].tolist() for k, p in pieces.items()} == want

@@ -14,6 +14,8 @@ from eroica.models.columns import Columns
 from eroica.models.digest import WindowDigest
 
 from .grouping import dense_ids, group_max, group_min, group_quantiles, stable_argsort
+# By its installed name, as fn_rows imports it (numba's cache records it).
+from eroica.streams.detection.kernels import loaded
 
 # NVML clock-event reasons that mean "slowed down", not "idle" or "app clocks":
 # SW power cap 0x4, HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, power brake 0x80.
@@ -35,17 +37,56 @@ class CounterSummary:
 
 def _medians(ids: np.ndarray, n: int, cols: Columns, names: tuple[str, ...],
              rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Per entity, the median of each column's samples (NaN samples left out); ``rows``: :func:`_equal_groups`."""
-    out = {}
-    if rows is None:
-        rows = _equal_groups(ids, n)
+    """Per entity, the median of each column's samples (NaN samples left out); ``rows``: :func:`_equal_groups`.
+
+    With as many samples per entity (``rows``) a column without NaN is
+    sorted row by row. The other float columns are taken together, from one
+    (entities, samples) grid of them (:func:`_sample_grid`: entities with
+    fewer samples, and NaN samples, padded with NaN), where a grouped sort
+    per column cost a sort and several passes each (a window's GPU samples
+    rarely come one per rank and period exactly, and a GPU without NVLink or
+    PCIe counters reports NaN for them).
+    """
+    arrays = cols.arrays
+    out: dict[str, np.ndarray] = {}
+    grid = None
+    gaps = []  # float columns with missing samples, or entities with fewer samples: taken together
     for name in names:
-        v = cols.arrays[name]
-        if rows is not None and v.dtype == np.float64 and not bool(np.isnan(v).any()):
-            out[name] = _row_medians(v[rows])
+        v = arrays[name]
+        if v.dtype != np.float64:
             continue
-        ok = ~np.isnan(v)
-        out[name] = group_quantiles(ids[ok], v[ok], n, (0.5,))[0] if ok.any() else np.full(n, np.nan)
+        if rows is not None and not bool(np.isnan(v).any()):
+            out[name] = _row_medians(v[rows])
+        else:
+            gaps.append(name)
+    if gaps:
+        grid = _sample_grid(ids, n, rows)
+    if grid is not None:
+        values = np.empty((len(gaps), ids.size))
+        for r, k in enumerate(gaps):
+            values[r] = arrays[k]
+        out.update(zip(gaps, _grid_medians(values, grid)))
+    for name in names:
+        if name not in out:
+            v = arrays[name]
+            ok = ~np.isnan(v)
+            out[name] = group_quantiles(ids[ok], v[ok], n, (0.5,))[0] if ok.any() else np.full(n, np.nan)
+    return {name: out[name] for name in names}
+
+
+def _row_medians(values: np.ndarray) -> np.ndarray:
+    """Each row's median (last axis) as :func:`.grouping.group_quantiles` takes it (nearest rank, lower side)
+    over rows of as many values, none NaN.
+
+    The grouped sort is stable: of equal values it picks the one first in
+    record order. Equal values have the same bits except ``0.0`` and ``-0.0``,
+    so without a ``-0.0`` numpy's unstable (vectorised, ~10x faster) sort
+    picks the very same value; with one, a stable sort per row does.
+    """
+    m = values.shape[-1]
+    neg_zero = bool(((values == 0) & np.signbit(values)).any())
+    values.sort(axis=-1, kind="stable" if neg_zero else None)
+    out: np.ndarray = values[..., int(np.floor(0.5 * (m - 1) + 0.5))]
     return out
 
 
@@ -61,18 +102,54 @@ def _equal_groups(ids: np.ndarray, n: int) -> np.ndarray | None:
     return order.reshape(n, ids.size // n)
 
 
-def _row_medians(values: np.ndarray) -> np.ndarray:
-    """Each row's median as :func:`.grouping.group_quantiles` takes it (nearest rank, lower side) over rows without NaN.
+# A grid of samples costs at most this many slots per sample (the rest padding): past it, one entity
+# with many more samples than the others, the grouped sorts are the cheaper way.
+_GRID_SLOTS_PER_SAMPLE = 4
 
-    The grouped sort is stable: of equal values it picks the one first in
-    record order. Equal values have the same bits except ``0.0`` and ``-0.0``,
-    so without a ``-0.0`` numpy's unstable (vectorised, ~10x faster) sort
-    picks the very same value; with one, a stable sort per row does.
+
+def _sample_grid(ids: np.ndarray, n: int, rows: np.ndarray | None = None) -> np.ndarray | None:
+    """The samples as an (entities, most samples of one + 1) index matrix, each entity's in record order, padded
+    with ``ids.size`` (an index past the samples: :func:`_grid_medians` reads a NaN there), at least once per
+    entity; from :func:`_equal_groups`' ``rows`` where every entity has as many. None when the padding would
+    outweigh the samples."""
+    size = ids.size
+    if rows is not None:
+        return np.concatenate((rows, np.full((rows.shape[0], 1), size, dtype=rows.dtype)), axis=1)
+    if size == 0 or n == 0:
+        return None
+    counts = np.bincount(ids, minlength=n)
+    width = int(counts.max()) + 1
+    if n * width > _GRID_SLOTS_PER_SAMPLE * size + 1024:  # (a small grid is cheap whatever its padding)
+        return None
+    order = np.argsort(ids.astype(np.uint16) if n <= 1 << 16 else ids, kind="stable")  # 16 bits: a radix sort
+    grid = np.full((n, width), size, dtype=np.intp)
+    at = np.arange(size, dtype=np.intp)
+    at -= np.repeat(np.cumsum(counts) - counts, counts)  # each sample's place among its entity's
+    grid[ids[order], at] = order
+    return grid
+
+
+def _grid_medians(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Per column of ``values`` (columns, samples), each entity's median as :func:`.grouping.group_quantiles`
+    takes it over its samples that are not NaN (nearest rank, lower side; NaN for an entity without one).
+
+    Padding and NaN samples sort last (numpy sorts NaN after every number),
+    so each entity's first NaN after the sort is its count of samples (every
+    entity has a padding slot). Of equal values the grouped sort picks the
+    one first in record order; equal values have the same bits except ``0.0``
+    and ``-0.0``, so without a ``-0.0`` numpy's unstable (vectorised, ~10x
+    faster) sort picks the very same value; with one, a stable sort of each
+    entity's samples (in record order) does.
     """
-    m = values.shape[1]
     neg_zero = bool(((values == 0) & np.signbit(values)).any())
-    ordered = np.sort(values, axis=1, kind="stable" if neg_zero else None)
-    return ordered[:, int(np.floor(0.5 * (m - 1) + 0.5))].astype(np.float64)
+    padded = np.take(np.concatenate((values, np.full((values.shape[0], 1), np.nan)), axis=1), grid, axis=1)
+    padded.sort(axis=2, kind="stable" if neg_zero else None)  # (columns, entities, width)
+    count = np.isnan(padded).argmax(axis=2).ravel()
+    at = np.floor(0.5 * (count - 1) + 0.5).astype(np.int64)
+    at += np.arange(0, padded.size, grid.shape[1])  # into the flattened grid, row by row
+    out: np.ndarray = padded.ravel()[at]
+    out[count == 0] = np.nan
+    return out.reshape(values.shape[0], grid.shape[0])
 
 
 def _by_entity_then_value(ids: np.ndarray, values: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
@@ -93,21 +170,41 @@ def _sums_by_value(ids: np.ndarray, n: int, values: np.ndarray, rows: np.ndarray
     sort, which changes no sum. Equal values have the same bits except
     ``0.0`` and ``-0.0``, and ``bincount`` starts every sum at ``0.0``, to
     which a zero of either sign adds nothing (``0.0 + -0.0 == 0.0``), nor to
-    any partial sum after it; NaNs make the sum NaN in any order.
+    any partial sum after it; NaNs make the sum NaN in any order. Without
+    equal groups, values without NaN are sorted so too, in the padded grid of
+    :func:`_sample_grid` (padding NaN: last), each entity's first ``count``.
     """
-    if rows is None:
-        o = _by_entity_then_value(ids, values, rows)
-        ent, ordered = ids[o], values[o]
-    else:
+    grid = None if rows is not None or bool(np.isnan(values).any()) else _sample_grid(ids, n)
+    if rows is not None:
         ordered = np.sort(values[rows], axis=1).ravel()
         ent = np.repeat(np.arange(n), rows.shape[1])
+    elif grid is not None:
+        counts = np.bincount(ids, minlength=n)
+        padded = np.sort(np.take(np.append(values, np.nan), grid), axis=1)
+        ordered = padded[np.arange(grid.shape[1]) < counts[:, None]]  # row by row: each entity's values
+        ent = np.repeat(np.arange(n), counts)
+    else:
+        o = _by_entity_then_value(ids, values, rows)
+        ent, ordered = ids[o], values[o]
     return [np.bincount(ent, weights=ordered if p == 1 else ordered ** p, minlength=n) for p in powers]
 
 
 def _increases(ids: np.ndarray, n: int, a: dict[str, np.ndarray], names: tuple[str, ...], ts: np.ndarray,
                time_order: np.ndarray | None) -> dict[str, np.ndarray]:
     """:func:`_increase` of several counters; those without a missing sample share their time order and
-    differences (one pass over a matrix), with the very arithmetic of :func:`_increase`."""
+    differences (one pass over a matrix), with the very arithmetic of :func:`_increase`. Once the summariser's
+    kernels are loaded, every counter in one compiled pass over their samples in time order
+    (:func:`.kernels._increases_source`), missing samples (NaN) and all: a counter with gaps took a dozen
+    numpy calls of its own (a port that reports some counters now and then)."""
+    ks = loaded()
+    if ks is not None and time_order is not None and names:
+        values = np.empty((len(names), ids.size))
+        for r, k in enumerate(names):
+            values[r] = a[k]
+        inc = np.empty((len(names), n))
+        ks.increases(time_order.astype(np.int64, copy=False), ids.astype(np.int64, copy=False), values,
+                     np.empty(n, dtype=np.bool_), np.empty(n), inc)
+        return dict(zip(names, inc))
     out: dict[str, np.ndarray] = {}
     full = [k for k in names if time_order is not None and not bool(np.isnan(a[k]).any())]
     if full and time_order is not None:
@@ -115,7 +212,7 @@ def _increases(ids: np.ndarray, n: int, a: dict[str, np.ndarray], names: tuple[s
         same = i[1:] == i[:-1]
         later = i[1:][same]
         empty = np.bincount(i, minlength=n) == 0
-        x = np.stack([a[k] for k in full])[:, time_order]
+        x = np.take(np.stack([a[k] for k in full]), time_order, axis=1)  # (a 2-D fancy index: several times slower)
         d = np.diff(x, axis=1)
         step = np.where(d >= 0, d, x[:, 1:])
         for r, k in enumerate(full):
@@ -217,7 +314,7 @@ def summarise_gpu(gpu: Columns) -> tuple[dict[int, dict[str, float]], dict[int, 
     # Summed in a fixed order: the same bits in any record order (``nv`` is 0 where both are NaN).
     nv_mean = _sums_by_value(ids, n, nv, rows, 1)[0] / np.maximum(nv_cnt, 1)
     nv_mean[nv_cnt == 0] = np.nan
-    ecc = _increase(ids, n, a["ecc_uncorrected"], a["ts_ns"], _time_order(ids, a["ts_ns"], rows))
+    ecc = _increases(ids, n, a, ("ecc_uncorrected",), a["ts_ns"], _time_order(ids, a["ts_ns"], rows))["ecc_uncorrected"]
     xid = group_max(ids, np.nan_to_num(a["xid"]), n)
     out: dict[int, dict[str, float]] = {}
     index: dict[int, int] = {}

@@ -18,7 +18,15 @@ The groupings are found with as few passes as the rows allow
   ``concat`` would give them (:class:`_Records`);
 - a record's edge step, row step and (rank, step) id are functions of its
   (rank, step): computed once per entry of a small table of them
-  (:class:`_StepTable`), then looked up, not scattered per record.
+  (:class:`_StepTable`), then looked up, not scattered per record;
+- records that interleave the ranks are put in block order once, by one
+  scatter per column (:meth:`_Records.blocks`), not gathered from the whole
+  window block by block;
+- with the compiled kernels (:mod:`.kernels`), what numpy does in several
+  passes over a block (levels, axis and keys of the exclusive time; the
+  table's keys and rows; every per-row sum) is one pass each, and the
+  quantiles of a row are read from one vectorised sort of packed
+  (row, value) keys, not from a sort per row.
 
 Every sum is an exact integer sum or an ``np.bincount``, and every order
 statistic is taken from the same sorted values, so nothing depends on the
@@ -39,10 +47,10 @@ from eroica.models.digest import INTERIOR, FnRows, InFlightRows, RankRows
 
 from .grouping import (dense_ids, dense_ids_of_slots, dense_ids_only, group_count, group_max, group_min,
                        group_quantiles, group_sorted, group_sum, sorted_quantiles, stable_argsort)
-from .intervals import covered, exclusive_time, exclusive_time_on_axis, merge_sorted, on_axis
+from .intervals import _AXIS_LIMIT, covered, exclusive_time, exclusive_time_on_axis, merge_sorted, on_axis
 # By its installed name, whatever name this module was imported by: numba's cache records the module
 # name of a kernel's globals and imports it by that name when it loads the kernel (in any process).
-from eroica.streams.detection.kernels import Kernels, worth_it
+from eroica.streams.detection.kernels import SCATTER_DTYPES, Kernels, worth_it
 from .patterns import HOST_LEVEL, LOW_Q, _LEVEL_OF_KIND_16, _host_levels, _in_flight_rows, _int_objects, _own_duration
 
 # Records per block of ranks (whole ranks: a block may hold more).
@@ -72,7 +80,9 @@ def summarise_fn(fn: Columns, window_end_ns: int | None = None,
     order (the rows then come in the same order as from the whole window):
     every temporary is the size of a block, whose memory the next block
     reuses, where temporaries the size of the window each cost a page fault
-    per 4 KiB (~3 us on a VM), and a block's sorts fit in cache.
+    per 4 KiB (~3 us on a VM), and a block's sorts fit in cache. (Records
+    that interleave the ranks are first put in block order: the eight
+    columns read here, once each, :meth:`_Records.blocks`.)
     """
     inflight = _in_flight_rows(fn)
     done = ~fn.arrays["in_flight"]
@@ -87,11 +97,10 @@ def summarise_fn(fn: Columns, window_end_ns: int | None = None,
     # Spans are clipped to the window: what runs past its end belongs to the next one.
     clip = None if window_end_ns is None else max(int(window_end_ns) - base, 0)
     host_level = _host_levels(recs.column("stack"), recs.vocab.get("stack", []))
-    blocks = _rank_blocks(recs.column("rank"), _BLOCK_RECORDS)
     ks = worth_it(recs.size())
+    blocks = recs.blocks(_BLOCK_RECORDS, ks)
     parts = []
-    for rows in blocks:
-        a, is_cont = recs.block(rows)
+    for a, is_cont in blocks:
         part = _summarise_ranks(a, recs.vocab, base, clip, host_level, single=len(blocks) == 1, cont=is_cont, ks=ks)
         if part is None:  # spans that reach past their rank's share of the axis: the whole window at once
             a, is_cont = recs.block(slice(None))
@@ -149,32 +158,100 @@ class _Records:
     def min_ts(self) -> int:
         return min(int(p["ts_ns"].min()) for p in self.parts if p["ts_ns"].size)
 
-    def block(self, rows: slice | np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-        """The columns of the records ``rows`` (a slice, or ascending indices: :func:`_rank_blocks`) of
-        ``concat([own, cont])``, and which of them are continuations (None: no continuations at all)."""
+    def block(self, rows: slice) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+        """The columns of the records ``rows`` of ``concat([own, cont])`` (views), and which of them are
+        continuations (None: no continuations at all)."""
         if len(self.parts) == 1:
             p = self.parts[0]
             cols = {k: p[k][rows] for k in _FN_COLUMNS}
             return cols, (None if self.n_own else np.ones(cols["rank"].size, dtype=bool))
         own, later = self.parts
         n = self.n_own
-        mine: slice | np.ndarray
-        theirs: slice | np.ndarray
-        if isinstance(rows, slice):
-            lo, hi, _ = rows.indices(n + later["rank"].size)
-            mine, theirs = slice(min(lo, n), min(hi, n)), slice(max(lo - n, 0), max(hi - n, 0))
-            n_mine = mine.stop - mine.start
-        else:
-            cut = int(np.searchsorted(rows, n))
-            mine, theirs = rows[:cut], rows[cut:] - n
-            n_mine = cut
+        lo, hi, _ = rows.indices(n + later["rank"].size)
+        mine, theirs = slice(min(lo, n), min(hi, n)), slice(max(lo - n, 0), max(hi - n, 0))
         cols = {}
         for k in _FN_COLUMNS:
             x, y = own[k][mine], later[k][theirs]
             cols[k] = x if not y.size else y if not x.size else np.concatenate((x, y))
         is_cont = np.zeros(cols["rank"].size, dtype=bool)
-        is_cont[n_mine:] = True
+        is_cont[mine.stop - mine.start:] = True
         return cols, is_cont
+
+    def blocks(self, target: int, ks: Kernels | None) -> list[tuple[dict[str, np.ndarray], np.ndarray | None]]:
+        """The records of consecutive ranks, about ``target`` at a time (whole ranks: a block may hold more), in
+        rank order, each block's records in their order here; with which of them are continuations (:meth:`block`).
+
+        Records in rank order (frames rank by rank) are cut into slices, with
+        no copy. Otherwise (a producer's records interleave the ranks, often
+        one record per run) the eight columns are put in block order by one
+        scatter each, the inverse of a stable counting sort by block
+        (:func:`_block_positions`), and the blocks are slices of that: a block
+        gathered from the whole window reads nearly every cache line of every
+        column once per block, and listing a block's runs costs several passes
+        over the runs, as many as the records when ranks interleave.
+        """
+        n = self.size()
+        if n <= target:
+            return [self.block(slice(None))]
+        rank = self.column("rank")
+        if len(self.parts) == 1 and bool((rank[1:] >= rank[:-1]).all()):  # rank by rank: cut where ranks change
+            cuts = np.unique(np.searchsorted(rank, rank[target::target], side="left")).tolist()
+            edges = [0, *(c for c in cuts if c > 0), n]
+            return [self.block(slice(lo, hi)) for lo, hi in zip(edges[:-1], edges[1:])]
+        placed = _block_positions(rank, target, ks)
+        if placed is None:
+            return [self.block(slice(None))]
+        dest, bounds = placed
+        cols: dict[str, np.ndarray] = {}
+        for k in _FN_COLUMNS:
+            out = cols[k] = np.empty(n, dtype=self.parts[0][k].dtype)  # both parts have one dtype (__init__)
+            at = 0
+            for p in self.parts:
+                m = p[k].size
+                if ks is not None and out.dtype in SCATTER_DTYPES and p[k].flags.c_contiguous:  # as compiled
+                    ks.scatter(dest[at:at + m], p[k], out)
+                else:
+                    out[dest[at:at + m]] = p[k]
+                at += m
+        is_cont: np.ndarray | None = None
+        if len(self.parts) == 2 or not self.n_own:
+            is_cont = np.zeros(n, dtype=bool)
+            is_cont[dest[self.n_own:]] = True
+        return [({k: v[lo:hi] for k, v in cols.items()}, None if is_cont is None else is_cont[lo:hi])
+                for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+
+
+def _block_positions(rank: np.ndarray, target: int, ks: Kernels | None) -> tuple[np.ndarray, list[int]] | None:
+    """Each record's position in block order, and the blocks' bounds there; None when all are one block.
+
+    A rank's block is the number of whole ``target``s of records up to and
+    including its own (ranks in order); blocks are in rank order, and each
+    block's records in record order (the inverse permutation of a stable
+    sort by block, ``np.argsort(block, kind="stable")``).
+    """
+    lo_rank = int(rank.min())
+    if int(rank.max()) - lo_rank < 4 * rank.size:  # ranks dense enough for a table of them
+        key = rank.astype(np.int64)
+        key -= lo_rank
+    else:
+        key = dense_ids_only(rank)[0]
+    counts = np.bincount(key)
+    blk_of = np.cumsum(counts) // max(target, 1)
+    blk_of -= blk_of[0]  # the lowest rank has records
+    n_blk = int(blk_of[-1]) + 1
+    if n_blk == 1:
+        return None
+    sizes = np.bincount(blk_of, weights=counts, minlength=n_blk).astype(np.int64)  # exact: below 2**53
+    bounds = np.concatenate(([0], np.cumsum(sizes)))
+    if ks is not None:
+        dest = np.empty(rank.size, dtype=np.int64)
+        ks.block_dest(key, blk_of, bounds[:-1].copy(), dest)
+    else:
+        blk = (blk_of.astype(np.uint16) if n_blk <= 1 << 16 else blk_of)[key]
+        order = np.argsort(blk, kind="stable")  # 16 bits: a radix sort
+        dest = np.empty(rank.size, dtype=np.int64)
+        dest[order] = np.arange(rank.size, dtype=np.int64)
+    return dest, bounds.tolist()
 
 
 def _merged_codes(own: np.ndarray, own_vocab: list[str], later: np.ndarray,
@@ -199,52 +276,6 @@ def _merged_codes(own: np.ndarray, own_vocab: list[str], later: np.ndarray,
 def _joined(columns: list[np.ndarray]) -> list[Any]:
     """The blocks' values of one column as one list (one conversion, not one per block)."""
     out: list[Any] = (columns[0] if len(columns) == 1 else np.concatenate(columns)).tolist()
-    return out
-
-
-def _rank_blocks(rank: np.ndarray, target: int) -> list[slice | np.ndarray]:
-    """The records of consecutive ranks, about ``target`` at a time, in rank order; each block in record order.
-
-    A block is a slice where its records are consecutive (frames come rank by
-    rank), an index array otherwise (ascending).
-    """
-    if rank.size <= target:
-        return [slice(None)]
-    if bool((rank[1:] >= rank[:-1]).all()):  # rank by rank: cut at the first rank change past each multiple
-        cuts = np.unique(np.searchsorted(rank, rank[target::target], side="left")).tolist()
-        edges = [0, *(c for c in cuts if c > 0), rank.size]
-        return [slice(lo, hi) for lo, hi in zip(edges[:-1], edges[1:])]
-    # Records come in runs of one rank (a frame holds a rank's records together): the blocks are cut and
-    # their rows listed run by run, where a per-record block code and a sort of it cost several passes.
-    starts = np.flatnonzero(rank[1:] != rank[:-1])
-    starts += 1
-    starts = np.concatenate(([0], starts))
-    lengths = np.diff(np.append(starts, rank.size))
-    run_rank = rank[starts]
-    lo_rank = int(run_rank.min())
-    shifted = run_rank - lo_rank if int(run_rank.max()) - lo_rank < 4 * rank.size else dense_ids_only(run_rank)[0]
-    counts = np.bincount(shifted, weights=lengths).astype(np.int64)  # records per rank (exact: below 2**53)
-    blk_of_rank = np.cumsum(counts) // max(target, 1)
-    blk_of_rank -= blk_of_rank[counts > 0][0]
-    n_blk = int(blk_of_rank[-1]) + 1
-    if n_blk == 1:
-        return [slice(None)]
-    run_blk = (blk_of_rank.astype(np.uint16) if n_blk <= 1 << 16 else blk_of_rank)[shifted]
-    by_blk = np.argsort(run_blk, kind="stable")  # each block's runs in record order (16 bits: a radix sort)
-    sizes = np.bincount(run_blk, weights=lengths, minlength=n_blk).astype(np.int64)
-    bounds = np.concatenate(([0], np.cumsum(sizes)))
-    # The records of the runs in that order (``np.argsort(block of each record, kind="stable")``): each run's
-    # positions, ``start + 0, 1, ...``, as ``arange`` plus a per-run offset repeated over the run.
-    run_len = lengths[by_blk]
-    offset = starts[by_blk] - (np.cumsum(run_len) - run_len)
-    order = np.repeat(offset, run_len)
-    order += np.arange(rank.size, dtype=order.dtype)
-    out: list[slice | np.ndarray] = []
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        if hi > lo:
-            rows = order[lo:hi]
-            first, last = int(rows[0]), int(rows[-1])
-            out.append(slice(first, last + 1) if last - first == hi - lo - 1 else rows)
     return out
 
 
@@ -332,6 +363,47 @@ def _exclusive_time_packed(s: np.ndarray, e: np.ndarray, level: np.ndarray,
     return _exclusive_by_level(packed, e, by_level, np.bincount(level))
 
 
+def _exclusive_time_compiled(ks: Kernels, slot: np.ndarray, n_slots: int, start: np.ndarray, end: np.ndarray,
+                             kinds: np.ndarray, stack: np.ndarray, host_level: np.ndarray | None,
+                             span: int) -> np.ndarray | None:
+    """:func:`_exclusive_time_packed` of the events on their axis (:func:`.intervals.on_axis`) at their levels
+    (their kind's, or a host kind's stack's), with the levels, the axis and the packed keys made by one
+    compiled pass (:func:`.kernels._axis_keys_source`); None where that does not apply (the axis or the keys
+    do not fit, or columns and levels of other dtypes than it is compiled for): then the numpy way.
+
+    The starts take as many bits as the largest start the axis can hold
+    (its last slot's offset plus the latest start), and the levels as many
+    as the largest in their tables: the keys sort in the same order as with
+    the bits the values take, and the kernel reads them back with the same
+    widths.
+    """
+    n = slot.size
+    hosts = _NO_LEVELS if host_level is None else host_level
+    if (n < 2 or kinds.dtype != np.int8 or stack.dtype != np.int32 or hosts.dtype != np.int16
+            or int(start.min()) < 0):
+        return None
+    if n_slots > max(1, _AXIS_LIMIT // max(int(span), 1)):  # on_axis's limit
+        return None
+    i_bits = (n - 1).bit_length()
+    s_bits = ((n_slots - 1) * int(span) + int(start.max())).bit_length()
+    top = max(int(_LEVEL_OF_KIND_16.max()), int(hosts.max(initial=0)))
+    if top.bit_length() + s_bits + i_bits > 63:
+        return None
+    packed = np.empty(n, dtype=np.int64)
+    e = np.empty(n, dtype=np.int64)
+    if not ks.axis_keys(slot.astype(np.int64, copy=False), start.astype(np.int64, copy=False),
+                        end.astype(np.int64, copy=False), kinds, stack, _LEVEL_OF_KIND_16, hosts, HOST_LEVEL,
+                        int(span), s_bits, i_bits, packed, e):
+        return None
+    packed.sort()
+    out = np.empty(n, dtype=np.int64)
+    ks.exclusive(packed, e, i_bits, s_bits, out)
+    return out
+
+
+_NO_LEVELS = np.zeros(0, dtype=np.int16)
+
+
 def _exclusive_by_level(starts: np.ndarray, e: np.ndarray, by_level: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The loop of :func:`.intervals.exclusive_time_on_axis` over levels, given the events ``by_level`` (by
     level, then start, then index), their ``starts`` in that order, and the events per level value."""
@@ -373,9 +445,6 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
     kinds = a["kind"]
     dur = a["dur_ns"]
     start = a["ts_ns"] - base
-    level = _LEVEL_OF_KIND_16[kinds]
-    if host_level is not None:
-        level = np.where(level == HOST_LEVEL, host_level[a["stack"]], level)
     end = start + dur
     if clip is not None:
         np.minimum(end, clip, out=end)
@@ -383,23 +452,29 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
     if not single and int(start.max()) >= span:
         return None
     np.maximum(end, start, out=end)
-    axis = on_axis(slot, start, end, span)
-    packed = None if axis is None else _exclusive_time_packed(axis[0], axis[1], level, ks)
-    if packed is not None:
-        excl = packed
-    elif axis is None:
-        excl = exclusive_time(slot, start, end, level, span)
-    else:
-        excl = _exclusive_time(axis[0], axis[1], level, stable_argsort(axis[0]))  # (rank, start) order
-    del end, level, axis, packed
+    excl = None if ks is None else _exclusive_time_compiled(ks, slot, n_r, start, end, kinds, a["stack"],
+                                                            host_level, span)
+    if excl is None:
+        level = _LEVEL_OF_KIND_16[kinds]
+        if host_level is not None:
+            level = np.where(level == HOST_LEVEL, host_level[a["stack"]], level)
+        axis = on_axis(slot, start, end, span)
+        packed = None if axis is None else _exclusive_time_packed(axis[0], axis[1], level, ks)
+        if packed is not None:
+            excl = packed
+        elif axis is None:
+            excl = exclusive_time(slot, start, end, level, span)
+        else:
+            excl = _exclusive_time(axis[0], axis[1], level, stable_argsort(axis[0]))  # (rank, start) order
+        del axis, packed, level
+    del end
 
     # Whole steps: a rank's first and last step in the window are edge rows, the steps between interior.
     steps_ = a["step"].astype(np.int64, copy=False)
     own = None if cont is None else ~cont  # the window's own records (calls, step spans)
-    table = _StepTable.of(slot, n_r, steps_, own)
+    table = _StepTable.of(slot, n_r, steps_, own, ks)
     if table is not None:
-        part = table.part()
-        cell, n_cells = table.cells(fid)
+        part, cell, n_cells = table.part_and_cells(fid)
     else:
         part = _parts(slot, n_r, steps_, own)
         cell, n_cells = dense_ids_only(slot, fid, part)
@@ -410,16 +485,9 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
         total = group_sum(cell, dur if own is None else np.where(own, dur, 0), n_cells)
         excl_sum = group_sum(cell, excl, n_cells)
         g = _RowSteps(cell, n_cells, steps_, ks)
-        # Durations sorted per row by one sort of (row, duration): no result depends on the order within a row.
-        if own is None:
-            sv, count, starts = _row_sorted(cell, dur, n_cells)
-            q = sorted_quantiles(sv, count, starts, (0.5, 0.9, 0.99))
-        else:  # calls are the own records
-            sv, count, _ = _row_sorted(cell[own], dur[own], n_cells)
-            q = sorted_quantiles(sv, count, np.concatenate(([0], np.cumsum(count)[:-1])), (0.5, 0.9, 0.99))
-            q[:, count == 0] = 0.0  # a row of continuations only: no call of its own here
-            every_count = np.bincount(cell, minlength=n_cells)
-            starts = np.concatenate(([0], np.cumsum(every_count)[:-1]))
+        count, q = _duration_quantiles(cell, n_cells, dur, own)
+        every_count = count if own is None else np.bincount(cell, minlength=n_cells)
+        starts = np.concatenate(([0], np.cumsum(every_count)[:-1]))  # each row's first position in g.perm
 
         # Per-step cost, then its median and low quantile over the row's steps.
         own_dur = _own_duration(kinds)
@@ -446,10 +514,15 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
         if not own.any():
             return fn_cols, {k: np.zeros(0, dtype=np.int64) for k in ("rank", "steps", "step", "start_ns", "end_ns")} | {
                 "node": np.zeros(0, dtype=object), "step_time_ns": np.zeros(0)}
-        slot, steps_, start, dur, part = slot[own], steps_[own], start[own], dur[own], part[own]
-        a = {"rank": a["rank"][own], "node": a["node"][own]}
     # Step span per rank and step: first start to last end of the step's records.
-    rs_first, lo, hi = _step_spans(slot, steps_, start, dur, None if table is None else table.own_steps(own), ks)
+    if table is not None and ks is not None:  # the compiled pass skips continuations itself: no copies of the own
+        ids, n_ids = table.own_steps(own, every=True)
+        rs_first, lo, hi = _step_spans(slot, steps_, start, dur, (ids, n_ids), ks)
+    else:
+        if own is not None:
+            slot, steps_, start, dur, part = slot[own], steps_[own], start[own], dur[own], part[own]
+            a = {"rank": a["rank"][own], "node": a["node"][own]}
+        rs_first, lo, hi = _step_spans(slot, steps_, start, dur, None if table is None else table.own_steps(own), ks)
     rp_ids, n_rp, rp_first = dense_ids(slot[rs_first], part[rs_first])
     step_time = group_quantiles(rp_ids, (hi - lo).astype(np.float64), n_rp, (0.5,))[0]
     rank_steps = group_count(rp_ids, n_rp)
@@ -467,31 +540,94 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
 def _row_stats(ks: Kernels, cell: np.ndarray, n_cells: int, steps: np.ndarray, dur: np.ndarray, excl: np.ndarray,
                kinds: np.ndarray, own: np.ndarray | None) -> tuple[np.ndarray, ...] | None:
     """The rows' count, duration sum, exclusive sum, duration quantiles, per-step cost quantiles, steps and first
-    record, as the numpy path of :func:`_summarise_ranks` takes them, by one pass of the compiled
-    :func:`.kernels._row_stats_source` over the records in (row, step) order; None where a sum could reach
-    2**53 (that path then sums floats in record order) or durations are not integers."""
+    record, as the numpy path of :func:`_summarise_ranks` takes them: the sums by one pass of the compiled
+    :func:`.kernels._row_sums_source` over the records in (row, step) order (one vectorised sort of packed
+    (row, step, index) keys, or where they do not pack the counting sort of :func:`.kernels._rows_source`),
+    which also packs each own record's (row, duration) key; the quantiles from one sort of packed (row, value)
+    keys each, as the numpy path takes them (:func:`_row_sorted`). None where a sum could reach 2**53 (that
+    path then sums floats in record order) or durations are not integers."""
     n = cell.size
     if dur.dtype.kind != "i" or excl.dtype.kind != "i" or not n:
         return None
-    bound = max(abs(int(dur.max())), abs(int(dur.min())), abs(int(excl.max())), abs(int(excl.min())))
+    d_lo, d_hi = int(dur.min()), int(dur.max())
+    bound = max(abs(d_hi), abs(d_lo), abs(int(excl.max())), abs(int(excl.min())))
     if bound * n >= 2**53:
         return None
     perm = np.empty(n, dtype=np.int64)
     bounds = np.empty(n_cells + 1, dtype=np.int64)
     step_start = np.empty(n, dtype=np.int64)
-    m = ks.rows(cell.astype(np.int64, copy=False), n_cells, steps.astype(np.int64, copy=False), perm, bounds,
-                step_start)
+    dur = dur.astype(np.int64, copy=False)
+    cell, steps = cell.astype(np.int64, copy=False), steps.astype(np.int64, copy=False)
+    s_lo = int(steps.min())
+    s_bits, i_bits = (int(steps.max()) - s_lo).bit_length(), (n - 1).bit_length()
+    if (n_cells - 1).bit_length() + s_bits + i_bits <= _KEY_BITS:  # (row, step, index) keys: one vectorised sort
+        keys = np.empty(n, dtype=np.int64)
+        ks.row_keys(cell, steps, s_lo, s_bits, i_bits, keys)
+        keys.sort()
+        m = ks.sorted_rows(keys, i_bits, s_bits, perm, bounds, step_start)
+        del keys
+    else:
+        m = ks.rows(cell, n_cells, steps, perm, bounds, step_start)
+    d_bits = (d_hi - d_lo).bit_length()
+    if (n_cells - 1).bit_length() + d_bits > _KEY_BITS:
+        d_bits = -1  # (row, duration) keys that do not pack: the numpy path's sort
     count, fn_steps, first = (np.empty(n_cells, dtype=np.int64) for _ in range(3))
     total, excl_sum = np.empty(n_cells), np.empty(n_cells)
-    q, step_q = np.empty((3, n_cells)), np.empty((2, n_cells))
-    ks.row_stats(perm, bounds, step_start, m, dur.astype(np.int64, copy=False), excl.astype(np.int64, copy=False),
-                 _own_duration(kinds), _NO_RECORDS if own is None else own, own is None, _FN_QS, _STEP_QS, count,
-                 total, excl_sum, q, step_q, fn_steps, first)
-    return count, total, excl_sum, q, step_q[0], step_q[1], fn_steps, first
+    step_sum = np.empty(m, dtype=np.int64)
+    d_keys = np.empty((n if own is None else int(np.count_nonzero(own))) if d_bits >= 0 else 0, dtype=np.int64)
+    ks.row_sums(perm, bounds, step_start, m, dur, excl.astype(np.int64, copy=False), _own_duration(kinds),
+                _NO_RECORDS if own is None else own, own is None, d_bits, d_lo, count, total, excl_sum, step_sum,
+                fn_steps, first, d_keys)
+    if d_bits >= 0:
+        d_keys.sort()
+        q = np.empty((3, n_cells))
+        ks.row_ranks(d_keys, count, _FN_QS, d_bits, d_lo, 0.0, q)  # 0.0: a row of continuations only
+    else:
+        count, q = _duration_quantiles(cell, n_cells, dur, own)
+    per_step, low = _step_quantiles(ks, step_sum, fn_steps, n_cells)
+    return count, total, excl_sum, q, per_step, low, fn_steps, first
 
 
+# Bits a packed (row, value) key may use: below int64's sign bit, with one to spare.
+_KEY_BITS = 62
+
+
+def _step_quantiles(ks: Kernels, step_sum: np.ndarray, fn_steps: np.ndarray,
+                    n_cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's median and low quantile of its steps' costs (``step_sum``: per (row, step), row by row) from
+    one sort of packed (row, cost) keys; by :func:`_row_sorted` where they do not pack."""
+    lo = int(step_sum.min())
+    bits = (int(step_sum.max()) - lo).bit_length()
+    if (n_cells - 1).bit_length() + bits > _KEY_BITS:
+        sv, count_s, starts_s = _row_sorted(np.repeat(np.arange(n_cells, dtype=np.int64), fn_steps), step_sum, n_cells)
+        per_step, low = sorted_quantiles(sv, count_s, starts_s, (0.5, LOW_Q))
+        return per_step, low
+    keys = np.empty(step_sum.size, dtype=np.int64)
+    ks.pack_rows(step_sum, fn_steps, lo, bits, keys)
+    keys.sort()
+    out = np.empty((2, n_cells))
+    ks.row_ranks(keys, fn_steps, _STEP_QS, bits, lo, np.nan, out)
+    return out[0], out[1]
+
+
+# The quantiles of a row's durations and of its steps' costs (what the digest's rows hold).
 _FN_QS = np.array([0.5, 0.9, 0.99])
 _STEP_QS = np.array([0.5, LOW_Q])
+
+
+def _duration_quantiles(cell: np.ndarray, n_cells: int, dur: np.ndarray,
+                        own: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's call count and duration quantiles (0.5, 0.9, 0.99) over its own records (0.0 for a row of
+    continuations only), by one sort of (row, duration): no result depends on the order within a row."""
+    if own is None:
+        sv, count, starts = _row_sorted(cell, dur, n_cells)
+        return count, sorted_quantiles(sv, count, starts, (0.5, 0.9, 0.99))
+    sv, count, _ = _row_sorted(cell[own], dur[own], n_cells)
+    q = sorted_quantiles(sv, count, np.concatenate(([0], np.cumsum(count)[:-1])), (0.5, 0.9, 0.99))
+    q[:, count == 0] = 0.0  # a row of continuations only: no call of its own here
+    return count, q
+
+
 _NO_RECORDS = np.zeros(0, dtype=bool)
 
 
@@ -524,24 +660,30 @@ class _StepTable:
     computed once per table entry (a few thousand: tens of ranks by tens of
     steps), and each record then takes its entry's by one lookup, instead
     of per-record scatters (``np.minimum.at``) and comparisons. Only where
-    the table is small (:meth:`of`); :func:`_parts` otherwise.
+    the table is small (:meth:`of`); :func:`_parts` otherwise. With the
+    compiled kernels (``ks``), the per-record passes are two
+    (:func:`.kernels._step_keys_source`, :func:`.kernels._cells_source`).
     """
 
     def __init__(self, slot: np.ndarray, n_r: int, steps: np.ndarray, s_lo: int, width: int,
-                 own: np.ndarray | None) -> None:
-        self.n_r, self.width, self.slot = n_r, width, slot
-        key = slot.astype(np.int64)
-        key *= width
-        key += steps
-        key -= s_lo
-        self.key = key
+                 own: np.ndarray | None, ks: Kernels | None = None) -> None:
+        self.n_r, self.width, self.slot, self.own, self.ks = n_r, width, slot, own, ks
         self.present = np.zeros(n_r * width, dtype=bool)  # some record, own or continuation
-        self.present[key] = True
-        if own is None:
-            self.present_own = self.present
+        self.present_own = self.present if own is None else np.zeros(n_r * width, dtype=bool)
+        self._own_ids: tuple[np.ndarray, int] | None = None
+        if ks is not None:
+            self.key = np.empty(slot.size, dtype=np.int64)
+            ks.step_keys(slot, steps, s_lo, width, _NO_RECORDS if own is None else own, own is None, self.key,
+                         self.present, self.present_own)
         else:
-            self.present_own = np.zeros(n_r * width, dtype=bool)
-            self.present_own[key[own]] = True
+            key = slot.astype(np.int64)
+            key *= width
+            key += steps
+            key -= s_lo
+            self.key = key
+            self.present[key] = True
+            if own is not None:
+                self.present_own[key[own]] = True
         seen = self.present_own.reshape(n_r, width)
         has = seen.any(axis=1)
         step_of = np.arange(width, dtype=np.int64) + s_lo
@@ -554,42 +696,57 @@ class _StepTable:
         self.part_of = np.where(edge, step_of, INTERIOR).ravel()
 
     @classmethod
-    def of(cls, slot: np.ndarray, n_r: int, steps: np.ndarray, own: np.ndarray | None) -> _StepTable | None:
+    def of(cls, slot: np.ndarray, n_r: int, steps: np.ndarray, own: np.ndarray | None,
+           ks: Kernels | None = None) -> _StepTable | None:
         """The table of a block, or None when its step range is too wide for one (about a slot per record)."""
         s_lo = int(steps.min())
         width = int(steps.max()) - s_lo + 1
         if n_r * width > max(slot.size, 1 << 12):
             return None
-        return cls(slot, n_r, steps, s_lo, width, own)
+        compiled = ks is not None and slot.dtype == np.int64 and steps.dtype == np.int64  # as compiled
+        return cls(slot, n_r, steps, s_lo, width, own, ks if compiled else None)
 
-    def part(self) -> np.ndarray:
-        """:func:`_parts`: the row step of each record."""
-        out: np.ndarray = self.part_of[self.key]
-        return out
-
-    def cells(self, fid: np.ndarray) -> tuple[np.ndarray, int]:
-        """``dense_ids_only(slot, fid, part)``: the same ids, in the same (rank, function, row step) order.
+    def part_and_cells(self, fid: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """:func:`_parts` (the row step of each record) and ``dense_ids_only(slot, fid, part)``: the same ids,
+        in the same (rank, function, row step) order, and how many.
 
         The row steps of the table are numbered in their order (a handful of
         distinct values: ``INTERIOR`` and the edge steps), so that the three
         keys pack into a table of every combination small enough to count.
         """
         values = np.unique(self.part_of[self.present])
-        code = np.searchsorted(values, self.part_of)[self.key]
+        code_of = np.searchsorted(values, self.part_of)
         n_f = int(fid.max()) + 1
+        if self.ks is not None and fid.dtype == np.int64:
+            n = self.key.size
+            part, cell, own_ids = (np.empty(n, dtype=np.int64) for _ in range(3))
+            own_code = np.cumsum(self.present_own)
+            own_code -= 1
+            n_cells = self.ks.cells(self.slot, fid, self.key, self.part_of, code_of, own_code,
+                                    _NO_RECORDS if self.own is None else self.own, self.own is None, n_f,
+                                    values.size, part, cell, own_ids)
+            self._own_ids = own_ids, int(own_code[-1]) + 1
+            return part, cell, n_cells
+        part = self.part_of[self.key]
         packed = self.slot.astype(np.int64)
         packed *= n_f
         packed += fid
         packed *= values.size
-        packed += code
-        return dense_ids_of_slots(packed, self.n_r * n_f * values.size)
+        packed += code_of[self.key]
+        cell, n_cells = dense_ids_of_slots(packed, self.n_r * n_f * values.size)
+        return part, cell, n_cells
 
-    def own_steps(self, own: np.ndarray | None) -> tuple[np.ndarray, int]:
-        """The own records' ``dense_ids(slot, step)`` ids (in key order) and their count."""
+    def own_steps(self, own: np.ndarray | None, every: bool = False) -> tuple[np.ndarray, int]:
+        """The own records' ``dense_ids(slot, step)`` ids (in key order) and their count; ``every``: an id for
+        every record, -1 for a continuation (made by :meth:`part_and_cells` with the kernels)."""
+        if every and self._own_ids is not None:
+            return self._own_ids
         code = np.cumsum(self.present_own)
         n = int(code[-1])
         code -= 1
-        ids: np.ndarray = code[self.key if own is None else self.key[own]]
+        ids: np.ndarray = code[self.key if own is None or every else self.key[own]]
+        if own is not None and every:
+            ids[~own] = -1
         return ids, n
 
 
@@ -598,7 +755,8 @@ def _step_spans(slot: np.ndarray, steps: np.ndarray, start: np.ndarray, dur: np.
                 ks: Kernels | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per (rank, step), in key order: its first record (``dense_ids(slot, steps)``'s representative), and
     the first start and last end (``start + dur``) of its records. ``dense``: those ids and their count
-    when known (:meth:`_StepTable.own_steps`); with ``ks``, all three in one pass."""
+    when known (:meth:`_StepTable.own_steps`); with ``ks``, all three in one pass, which leaves out the records
+    of id -1."""
     if dense is None:
         ids, n, first = dense_ids(slot, steps)
     else:

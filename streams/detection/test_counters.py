@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from eroica.models.columns import from_records
-from eroica.models.digest import WindowDigest
-from eroica.models.records import GpuRecord
+import msgspec
 
-from .counters import THROTTLE_MASK, from_digest, summarise_gpu
+from eroica.models.columns import Columns, from_records
+from eroica.models.digest import WindowDigest
+from eroica.models.records import GpuRecord, NicRecord
+
+from .counters import THROTTLE_MASK, _medians, _sample_grid, _sums_by_value, from_digest, summarise_gpu, summarise_nic
+from .grouping import group_quantiles
 
 S = 10**9
 HW_SLOWDOWN, IDLE = 0x8, 0x1
@@ -55,3 +58,54 @@ def test_a_digests_nic_keys_split_into_node_and_port():
     c = from_digest(d)
     assert set(c.nic) == {("node-1", "mlx5_0"), ("rack/a/node-2", "mlx5_1:2")}
     assert c.gpu == {1: {"clock_ratio": 1.0}} and c.gpu_index == {1: 1} and c.host == {"node-1": {"iowait_pct": 1.0}}
+
+
+def test_medians_and_sums_of_unequal_groups_are_the_grouped_ones():
+    """Entities with unequal sample counts, NaN samples, -0.0 and ties: the grid's medians and value-ordered sums
+    are those of the grouped sort (and of ``np.lexsort``), bit for bit; a grid mostly padding is not built."""
+    rng = np.random.default_rng(21)
+    pool = np.array([0.0, -0.0, 1.5, 2.0, 100.0, 1e17, np.nan])
+    for trial in range(200):
+        n = int(rng.integers(1, 20))
+        ids = rng.integers(0, n, int(rng.integers(1, 200)))
+        if trial % 5 == 0:  # one entity with most samples: too sparse a grid
+            ids[: ids.size * 3 // 4] = 0
+        cols = Columns("gpu", {k: rng.choice(pool[:6] if k == "b" else pool, ids.size) for k in "ab"}, {})
+        got = _medians(ids, n, cols, ("a", "b"))
+        for k in "ab":
+            v = cols.arrays[k]
+            ok = ~np.isnan(v)
+            want = group_quantiles(ids[ok], v[ok], n, (0.5,))[0] if ok.any() else np.full(n, np.nan)
+            assert got[k].tobytes() == want.tobytes(), (trial, k)
+        v = cols.arrays["b"]
+        o = np.lexsort((v, ids))
+        want_sums = [np.bincount(ids[o], weights=v[o] ** p, minlength=n) for p in (1, 2)]
+        assert all(g.tobytes() == w.tobytes() for g, w in zip(_sums_by_value(ids, n, v, None, 1, 2), want_sums))
+    sparse = np.concatenate((np.zeros(5000, dtype=np.int64), np.arange(1, 3000)))
+    assert _sample_grid(sparse, 3000) is None
+
+
+def _nic_samples(rng: np.random.Generator) -> list[NicRecord]:
+    """Ports sampled unequally often, some counters missing now and then (NaN), one counter reset."""
+    out = []
+    for node in range(3):
+        for port in range(2):
+            for i in range(int(rng.integers(3, 9))):
+                gaps = {k: None if rng.random() < 0.3 else float(rng.integers(0, 50) + 10 * i)
+                        for k in ("symbol_errors", "retransmits", "cnp_sent", "xmit_wait")}
+                out.append(NicRecord(job="j", node=f"n{node}", nic=f"mlx5_{port}", ts_ns=i * S + node, port=1,
+                                     tx_Bps=None if rng.random() < 0.2 else float(rng.integers(0, 9)) * 1e9,
+                                     rx_Bps=float(rng.integers(0, 9)) * 1e9, link_gbps=400.0, link_up=1.0,
+                                     rx_errors=float(i), link_downed=0.0, tx_discards=float(i % 3), **gaps))
+    return out
+
+
+def test_counter_levels_do_not_depend_on_record_order():
+    """Bit for bit (NaN included), whatever the order of the samples; ports come in their codes' order."""
+    rng = np.random.default_rng(22)
+    for _ in range(20):
+        recs = _nic_samples(rng)
+        want = msgspec.msgpack.encode(sorted(summarise_nic(from_records("nic", recs)).items()))
+        order = rng.permutation(len(recs))
+        got = summarise_nic(from_records("nic", [recs[i] for i in order]))
+        assert msgspec.msgpack.encode(sorted(got.items())) == want

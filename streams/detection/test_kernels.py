@@ -17,6 +17,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from eroica.models.columns import KIND_CODE
 from eroica.models.records import COLLECTIVE_OPS
 from eroica.streams.detection import kernels  # the name fn_rows imports it by (numba's cache records it)
 
@@ -135,6 +136,15 @@ def test_row_grouping(ks: kernels.Kernels) -> None:
         assert np.array_equal(bounds, np.concatenate(([0], np.cumsum(np.bincount(cell, minlength=n_cells)))))
         k = key[want]
         assert np.array_equal(step_start[:m], np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1]))))
+        # the same from one sort of packed (row, step, index) keys
+        s_lo, n = int(steps.min()), cell.size
+        s_bits, i_bits = (int(steps.max()) - s_lo).bit_length(), (n - 1).bit_length()
+        keys = np.empty(n, dtype=np.int64)
+        ks.row_keys(cell, steps, s_lo, s_bits, i_bits, keys)
+        keys.sort()
+        perm2, bounds2, start2 = np.empty(n, dtype=np.int64), np.empty(n_cells + 1, dtype=np.int64), np.empty(n, dtype=np.int64)
+        assert ks.sorted_rows(keys, i_bits, s_bits, perm2, bounds2, start2) == m
+        assert np.array_equal(perm2, perm) and np.array_equal(bounds2, bounds) and np.array_equal(start2[:m], step_start[:m])
 
 
 @pytest.mark.parametrize("case", range(6))
@@ -281,3 +291,152 @@ def test_slot_ids(ks: kernels.Kernels) -> None:
         g = ks.slot_ids(slot, space, ids)
         uniq, inverse = np.unique(slot, return_inverse=True)
         assert g == uniq.size and np.array_equal(ids, inverse.ravel())
+
+
+def test_block_positions(ks: kernels.Kernels) -> None:
+    """The compiled counting sort by block puts records where the inverse of a stable sort by block does."""
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        n = int(rng.integers(1, 400))
+        rank = rng.integers(0, int(rng.integers(1, 40)), n).astype(np.int32) * [1, 7, 10**6][trial % 3]
+        target = int(rng.integers(1, 80))
+        got = fn_rows._block_positions(rank, target, ks)
+        want = fn_rows._block_positions(rank, target, None)  # numpy's: argsort by block, inverted
+        assert (got is None) == (want is None)
+        if got is None:
+            continue
+        assert np.array_equal(got[0], want[0]) and got[1] == want[1]
+        # blocks of whole ranks, in rank order, each block's records in record order
+        order = np.argsort(got[0])
+        for lo, hi in zip(got[1][:-1], got[1][1:]):
+            rows = order[lo:hi]
+            assert np.all(np.diff(rows) > 0)
+            assert not set(rank[rows].tolist()) & set(np.delete(rank, rows).tolist())
+        firsts = [int(rank[order[lo]]) for lo in got[1][:-1]]
+        assert firsts == sorted(firsts)
+
+
+def test_scatter(ks: kernels.Kernels) -> None:
+    rng = np.random.default_rng(12)
+    for dt in kernels.SCATTER_DTYPES:
+        dest = rng.permutation(50)
+        src = rng.integers(-100, 100, 50).astype(dt)
+        out = np.empty(50, dtype=dt)
+        ks.scatter(dest, src, out)
+        want = np.empty(50, dtype=dt)
+        want[dest] = src
+        assert np.array_equal(out, want)
+
+
+def test_axis_keys_and_exclusive_time(ks: kernels.Kernels) -> None:
+    """The compiled levels, axis and keys give the exclusive times of the numpy ones, whatever the width of the
+    starts and levels (bounds on the largest, not the largest)."""
+    from .intervals import on_axis
+    from .patterns import _LEVEL_OF_KIND_16, HOST_LEVEL
+
+    rng = np.random.default_rng(13)
+    for trial in range(80):
+        n = int(rng.integers(2, 300))
+        n_slots = int(rng.integers(1, 6))
+        slot = np.sort(rng.integers(0, n_slots, n)) if trial % 2 else rng.integers(0, n_slots, n)
+        start = rng.integers(0, [10, 1000, 10**6][trial % 3], n)
+        end = start + rng.integers(0, [3, 500, 10**5][trial % 3], n) * (rng.random(n) > 0.1)
+        kinds = rng.integers(0, len(KIND_CODE), n).astype(np.int8)
+        stack = rng.integers(0, 6, n).astype(np.int32)
+        host_level = None if trial % 4 == 0 else (HOST_LEVEL + rng.integers(0, 5, 6)).astype(np.int16)
+        level = _LEVEL_OF_KIND_16[kinds]
+        if host_level is not None:
+            level = np.where(level == HOST_LEVEL, host_level[stack], level)
+        span = int(end.max()) + 1
+        got = fn_rows._exclusive_time_compiled(ks, slot, int(slot.max()) + 1, start, end, kinds, stack, host_level,
+                                               span)
+        axis = on_axis(slot, start, end, span)
+        assert axis is not None and got is not None
+        assert np.array_equal(got, fn_rows._exclusive_time_packed(axis[0], axis[1], level)), trial
+    # other dtypes than compiled for, negative starts, a negative level: the numpy way
+    one = np.zeros(3, dtype=np.int64)
+    k8, s32 = one.astype(np.int8), one.astype(np.int32)
+    assert fn_rows._exclusive_time_compiled(ks, one, 1, one, one + 1, one, s32, None, 2) is None
+    assert fn_rows._exclusive_time_compiled(ks, one, 1, one - 1, one, k8, s32, None, 2) is None
+    host = np.full(1, -1, dtype=np.int16)
+    assert fn_rows._exclusive_time_compiled(ks, one, 1, one, one + 1, k8 + KIND_CODE["python"], s32, host, 2) is None
+
+
+def test_row_stats_where_keys_do_not_pack(ks: kernels.Kernels, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Durations and step costs whose (row, value) keys do not pack take the numpy path's sorts: the same rows."""
+    rng = np.random.default_rng(14)
+    for trial in range(20):
+        cell, n_cells = _random_rows(rng, trial)
+        m = cell.size
+        steps = rng.integers(0, 20, m)
+        dur, excl = rng.integers(0, 10**6, m), rng.integers(0, 10**6, m)
+        kinds = np.where(rng.random(m) < 0.3, 3, 0).astype(np.int8)
+        own = None if trial % 2 else rng.random(m) < 0.7
+        want = fn_rows._row_stats(ks, cell, n_cells, steps, dur, excl, kinds, own)
+        monkeypatch.setattr(fn_rows, "_KEY_BITS", 1)
+        got = fn_rows._row_stats(ks, cell, n_cells, steps, dur, excl, kinds, own)
+        monkeypatch.undo()
+        assert want is not None and got is not None
+        assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), trial
+
+
+def test_fn_hashes(ks: kernels.Kernels) -> None:
+    """The compiled hash of fn records is numpy's, bit for bit (either may decide which rows are compared)."""
+    from .repeats import IDENTITY, _MULTIPLIERS
+    from .test_patterns import _window
+
+    fn = _window(np.random.default_rng(15), 500, ranks=9, sorted_ranks=False, in_flight=True)
+    fn.arrays["ts_ns"][:5] = [0, -1, 2**62, -(2**62), 2**63 - 1]  # wrapping arithmetic
+    a = fn.arrays
+    out = np.empty(len(fn), dtype=np.int64)
+    with np.errstate(over="ignore"):  # interpreted, numpy's scalars warn where they wrap
+        ks.fn_hashes(*(a[k] for k in IDENTITY["fn"]), np.array(_MULTIPLIERS, dtype=np.int64), out)
+        h = np.zeros(len(fn), dtype=np.int64)
+        for k, mult in zip(IDENTITY["fn"], _MULTIPLIERS):
+            h += a[k].astype(np.int64) * np.int64(mult)
+    assert np.array_equal(out, h ^ (h >> 29))
+
+
+def test_step_table(ks: kernels.Kernels) -> None:
+    """The compiled step table gives the numpy table's row steps, rows and own (rank, step) ids."""
+    rng = np.random.default_rng(16)
+    for trial in range(60):
+        n = int(rng.integers(1, 300))
+        n_r = int(rng.integers(1, 8))
+        slot = rng.integers(0, n_r, n)
+        slot[:n_r] = np.arange(min(n_r, n))
+        n_r = int(slot.max()) + 1
+        steps = rng.integers(0, int(rng.integers(1, 12)), n) + 10**6
+        fid = rng.integers(0, int(rng.integers(1, 9)), n)
+        own = None if trial % 3 == 0 else rng.random(n) < 0.8
+        got = fn_rows._StepTable.of(slot, n_r, steps, own, ks)
+        want = fn_rows._StepTable.of(slot, n_r, steps, own)
+        assert got is not None and want is not None and got.ks is not None
+        for g, w in zip(got.part_and_cells(fid), want.part_and_cells(fid)):
+            assert np.array_equal(g, w), trial
+        for every in (False, True):
+            g_ids, g_n = got.own_steps(own, every)
+            w_ids, w_n = want.own_steps(own, every)
+            assert g_n == w_n and np.array_equal(g_ids, w_ids), (trial, every)
+
+
+def test_counter_increases(ks: kernels.Kernels) -> None:
+    """The compiled increases of several counters (gaps, resets, ties of time across entities, zeros of both
+    signs) are :func:`.counters._increase`'s, bit for bit."""
+    from .counters import _increase, _increases, _time_order
+
+    rng = np.random.default_rng(17)
+    for trial in range(100):
+        n, m = int(rng.integers(1, 12)), int(rng.integers(1, 9))
+        ids = rng.integers(0, n, n * m) if trial % 2 else np.repeat(np.arange(n), m)[rng.permutation(n * m)]
+        ts = rng.permutation(n * m).astype(np.int64) * 10
+        a = {k: rng.choice(np.array([0.0, -0.0, 1.0, 5.0, 7.5, 1e17, np.inf]), n * m) for k in "abc"}
+        a["b"][rng.random(n * m) < 0.4] = np.nan
+        a["c"][:] = np.nan
+        order = _time_order(ids, ts)
+        assert kernels.loaded() is ks
+        with np.errstate(invalid="ignore"):  # inf - inf, both ways
+            got = _increases(ids, n, a, ("a", "b", "c"), ts, order)
+            want = {k: _increase(ids, n, a[k], ts, order) for k in "abc"}
+        for k in "abc":
+            assert got[k].tobytes() == want[k].tobytes(), (trial, k)

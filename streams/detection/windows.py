@@ -47,23 +47,64 @@ class JobWindow:
         return sum(len(c) for t, c in self.columns.items() if t != CONT)
 
 
+# A batch's (job, window) pieces are found by a counting sort of their slots in a table of every
+# (job, window) of its range while it has at most this many (16 bits: numpy's radix sort); past it, by np.unique.
+_TABLE_SLOTS = 1 << 16
+
+
 def split(cols: Columns, window_ns: int) -> dict[tuple[str, int], Columns]:
-    """Split a batch by (job, window index) with one grouping pass."""
+    """Split a batch by (job, window index), pieces in (job code, window) order, each in record order.
+
+    A batch of one job in one window (most: frames are short next to a
+    window) is itself, found by four reductions: no division per record,
+    no sort. Records in time order (a file, a frame) fall in runs of one
+    window: then each piece is a slice of the batch (a view, no copy).
+    Otherwise the pieces are found by one radix sort of their (job, window)
+    slots, where ``np.unique`` took a sort and a stable argsort.
+    """
     if not len(cols):
         return {}
-    win = cols.arrays["ts_ns"] // window_ns
-    job = cols.arrays["job"].astype(np.int64)
-    key = job * (1 << 40) + (win - win.min())
-    uniq, inverse = np.unique(key, return_inverse=True)
+    ts = cols.arrays["ts_ns"]
+    job = cols.arrays["job"]
+    lo, hi = int(ts.min()) // window_ns, int(ts.max()) // window_ns
+    j_lo, j_hi = int(job.min()), int(job.max())
+    jobs = cols.vocab["job"]
+    if lo == hi and j_lo == j_hi:
+        return {(jobs[j_lo], lo): cols}
+    win = ts // window_ns
+    width = hi - lo + 1
+    if (j_hi - j_lo + 1) * width > _TABLE_SLOTS:
+        return _split_by_unique(cols, job, win, jobs)
+    slot = win - lo  # int64, a fresh array
+    if j_hi > j_lo:
+        slot += (job.astype(np.int64) - j_lo) * width
     out: dict[tuple[str, int], Columns] = {}
+    if bool((slot[1:] >= slot[:-1]).all()):  # runs in slot order: each piece a slice
+        cuts = np.flatnonzero(slot[1:] != slot[:-1]) + 1
+        edges = [0, *cuts.tolist(), slot.size]
+        for a, b in zip(edges[:-1], edges[1:]):
+            k = int(slot[a])
+            out[(jobs[j_lo + k // width], lo + k % width)] = cols.take(slice(a, b))
+        return out
+    order = np.argsort(slot.astype(np.uint16), kind="stable")  # a radix sort: each piece in record order
+    counts = np.bincount(slot, minlength=(j_hi - j_lo + 1) * width)
+    bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
+    for k in np.flatnonzero(counts).tolist():
+        out[(jobs[j_lo + k // width], lo + k % width)] = cols.take(order[bounds[k]:bounds[k + 1]])
+    return out
+
+
+def _split_by_unique(cols: Columns, job: np.ndarray, win: np.ndarray, jobs: list[str]) -> dict[tuple[str, int], Columns]:
+    """:func:`split` where the batch's (job, window) range is too wide for a table: by ``np.unique``."""
     base = int(win.min())
-    if uniq.size == 1:
-        return {(cols.vocab["job"][int(job[0])], int(win[0])): cols}
+    key = job.astype(np.int64) * (1 << 40) + (win - base)
+    uniq, inverse = np.unique(key, return_inverse=True)
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(uniq.size + 1))
+    out: dict[tuple[str, int], Columns] = {}
     for g, k in enumerate(uniq):
         idx = order[bounds[g]:bounds[g + 1]]
-        out[(cols.vocab["job"][int(k >> 40)], base + int(k & ((1 << 40) - 1)))] = cols.take(idx)
+        out[(jobs[int(k >> 40)], base + int(k & ((1 << 40) - 1)))] = cols.take(idx)
     return out
 
 
