@@ -18,11 +18,11 @@ from eroica.models.columns import OP_CODE, Columns
 from eroica.models.records import COLLECTIVE_OPS
 from eroica.models.digest import CollRows, WindowDigest
 
-from .grouping import (dense_ids, dense_ids_by_sort, group_count, group_max, group_min, group_quantiles, group_sum,
-                       stable_argsort)
+from .grouping import (dense_ids, dense_ids_by_sort, group_count, group_max, group_median, group_min, group_quantiles,
+                       group_sum, stable_argsort)
 # By its installed name, as fn_rows imports it (numba's cache records it).
 from eroica.streams.detection.kernels import loaded
-from .patterns import K_COLL
+from .patterns import K_COLL, JobArrays
 
 _P2P_OPS = np.array([OP_CODE["send"], OP_CODE["recv"]], dtype=np.int8)
 
@@ -148,28 +148,29 @@ def _grouped(rank: np.ndarray, grp: np.ndarray, step: np.ndarray, nbytes: np.nda
     return ids, g, first, b, dur_sum, calls, p2p, op_max
 
 
-def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, str]) -> CollectiveStats:
+def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, str],
+                     arrays: JobArrays | None = None) -> CollectiveStats:
     """Waiting per rank and transfer per communicator, from the digest rows.
 
     Per (communicator, step) the member with the least collective time is the
     one the others waited for: its time is (about) the transfer, and every
-    member's excess over it is waiting.
+    member's excess over it is waiting. ``arrays``: ``d``'s columns, when the caller shares them.
     """
     c = d.colls
     n_r = ranks.size
     if not c.rank:
         return CollectiveStats(ranks, np.zeros(n_r), np.zeros(n_r), [])
-    rank = np.asarray(c.rank, dtype=np.int64)
-    step = np.asarray(c.step, dtype=np.int64)
-    dur = np.asarray(c.dur_ns, dtype=np.float64)
-    nbytes = np.asarray(c.bytes, dtype=np.float64)
-    names = {g: i for i, g in enumerate(dict.fromkeys(c.group))}  # in order of first appearance
-    grp = np.fromiter(map(names.__getitem__, c.group), dtype=np.int64, count=len(c.group))
+    cc = JobArrays.of(d, arrays).colls
+    rank = cc.col("rank", np.int64)
+    step = cc.col("step", np.int64)
+    dur = cc.col("dur_ns", np.float64)
+    nbytes = cc.col("bytes", np.float64)
+    grp, names = cc.first_seen("group")  # communicators in order of first appearance
     named = np.array([bool(g) for g in names], dtype=bool)[grp]
-    p2p = np.asarray(c.p2p, dtype=bool) if len(c.p2p) == len(c.rank) else np.zeros(len(c.rank), dtype=bool)
-    ops = np.asarray(c.op, dtype=np.int64) if len(c.op) == len(c.rank) else np.full(len(c.rank), -1)
+    p2p = cc.col("p2p", bool) if len(c.p2p) == len(c.rank) else np.zeros(len(c.rank), dtype=bool)
+    ops = cc.col("op", np.int64) if len(c.op) == len(c.rank) else np.full(len(c.rank), -1)
 
-    gs, n_gs, _ = dense_ids(grp, step)
+    gs, n_gs, gs_first = dense_ids(grp, step)
     members = group_count(gs, n_gs)
     transfer = group_min(gs, dur, n_gs)
     matched = named & (members[gs] > 1)  # a call nobody else joined tells nothing about waiting
@@ -185,25 +186,70 @@ def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, st
     wait_mean = np.bincount(rs_slot, weights=wait_rs, minlength=n_r) / np.maximum(np.bincount(rs_slot, minlength=n_r), 1)
     xfer_ps = group_quantiles(rs_slot, group_sum(rs, xfer[ok], n_rs), n_r, (0.5,))[0]
 
-    groups: list[GroupStats] = []
+    groups = _group_stats(names, _Rows(grp, step, rank, dur, nbytes, p2p, ops), matched,
+                          (gs, n_gs, gs_first, transfer), rank_node)
+    return CollectiveStats(ranks, np.nan_to_num(wait_ps), np.nan_to_num(xfer_ps), groups, np.nan_to_num(wait_mean))
+
+
+@dataclass
+class _Rows:
+    """The digest's collective rows as arrays (communicators numbered in order of first appearance)."""
+
+    grp: np.ndarray
+    step: np.ndarray
+    rank: np.ndarray
+    dur: np.ndarray
+    nbytes: np.ndarray
+    p2p: np.ndarray
+    ops: np.ndarray
+
+
+def _group_stats(names: list[str], rows: _Rows, matched: np.ndarray,
+                 per_step: tuple[np.ndarray, int, np.ndarray, np.ndarray],
+                 rank_node: dict[int, str]) -> list[GroupStats]:
+    """Each named communicator's figures over its matched calls, every communicator at once.
+
+    Per (communicator, step) the member with the least summed time waited least: its time
+    is the transfer (``transfer``, the least over the step's rows: a step's rows are all
+    matched or none) and its bytes the step's bytes. A communicator's transfer and bytes per
+    step are the medians over its steps (:func:`.grouping.group_median`, ``np.median``'s bits).
+    ``per_step``: the (communicator, step) ids of the rows, their count, first rows and least times.
+    """
+    gs, n_gs, gs_first, transfer = per_step
+    n_g = len(names)
+    pair_g = rows.grp[gs_first]
+    pair_ok = matched[gs_first]
+    # bytes of the member that waited least, per (communicator, step)
+    fastest = matched & (rows.dur == transfer[gs])
+    b = group_max(gs[fastest], rows.nbytes[fastest], n_gs)
+    pg = pair_g[pair_ok]
+    t_med = group_median(pg, transfer[pair_ok], n_g)
+    b_med = group_median(pg, b[pair_ok], n_g)
+    b_med[np.bincount(pg, weights=~np.isfinite(b[pair_ok]), minlength=n_g) > 0] = np.nan  # a step's bytes unknown
+    instances = np.bincount(pg, minlength=n_g)
+    mg = rows.grp[matched]
+    p2p_any = np.bincount(mg, weights=rows.p2p[matched], minlength=n_g) > 0
+    op_max = np.full(n_g, np.iinfo(np.int64).min)
+    np.maximum.at(op_max, mg, rows.ops[matched])
+    # the members of each communicator: its distinct ranks, ascending (np.unique's)
+    ids, n_m, first = dense_ids(mg, rows.rank[matched])
+    m_grp, m_rank = mg[first], rows.rank[matched][first]
+    m_start = np.searchsorted(m_grp, np.arange(n_g + 1))
+    node_code: dict[str, int] = {}
+    m_node = [node_code.setdefault(rank_node.get(r, ""), len(node_code)) for r in m_rank.tolist()]
+    no_node = node_code.get("", -1)
+    out: list[GroupStats] = []
     # In name order, not in order of first appearance in the digest (which depends on
     # record order and on how ranks were spread over summarisers): later ties
     # ("the first slow group", "the first inter-node group") then resolve alike.
-    for name, g in sorted(names.items()):
-        rows = np.flatnonzero((grp == g) & matched)
-        if not name or rows.size == 0:
+    for name, g in sorted(zip(names, range(n_g))):
+        if not name or instances[g] == 0:
             continue
-        # Per step: the transfer and the bytes of the member that waited least.
-        sid, n_s, _ = dense_ids(step[rows])
-        t = group_min(sid, dur[rows], n_s)
-        fastest = dur[rows] == t[sid]
-        b = group_max(sid[fastest], nbytes[rows][fastest], n_s)
-        members_g = np.unique(rank[rows])
-        nodes = {rank_node.get(int(r), "") for r in members_g}
-        groups.append(GroupStats(
-            name=name, ranks=members_g, intra_node=len(nodes) == 1 and "" not in nodes,
-            transfer_per_step=float(np.median(t)),
-            bytes_per_step=float(np.median(b)) if np.isfinite(b).all() else float("nan"),
-            instances=int(n_s), p2p=bool(p2p[rows].any()), op=int(ops[rows].max()),
+        lo, hi = int(m_start[g]), int(m_start[g + 1])
+        nodes = set(m_node[lo:hi])
+        out.append(GroupStats(
+            name=name, ranks=m_rank[lo:hi], intra_node=len(nodes) == 1 and no_node not in nodes,
+            transfer_per_step=float(t_med[g]), bytes_per_step=float(b_med[g]),
+            instances=int(instances[g]), p2p=bool(p2p_any[g]), op=int(op_max[g]),
         ))
-    return CollectiveStats(ranks, np.nan_to_num(wait_ps), np.nan_to_num(xfer_ps), groups, np.nan_to_num(wait_mean))
+    return out

@@ -75,7 +75,7 @@ from eroica.models.digest import WindowDigest
 from .expected import BW_CONFIG  # the config finding's own threshold for naming the inter-node path
 from .findings import Finding
 from .grouping import dense_ids, group_max, group_min
-from .patterns import first_seen_ids
+from .patterns import JobArrays
 
 # A cell whose own work exceeds its rank's persistent level by more than this many
 # robust sigmas (1.4826 x MAD of all cells of its role) is a fault, not noise: the
@@ -151,7 +151,7 @@ def lost_gpu_hours_per_hour(world: int, s_x: float) -> float:
     return float(world) * (1.0 - 1.0 / s_x) if s_x > 0 else 0.0
 
 
-def wait_matrix(d: WindowDigest, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def wait_matrix(d: WindowDigest, ranks: np.ndarray, arrays: JobArrays | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(steps, W[R, S]): collective waiting per rank and step, int64 ns; -1 where a rank has no row.
 
     Per (communicator, step) the member with the least summed time waited
@@ -163,11 +163,12 @@ def wait_matrix(d: WindowDigest, ranks: np.ndarray) -> tuple[np.ndarray, np.ndar
     n_r = ranks.size
     if not c.rank or n_r == 0:
         return np.zeros(0, np.int64), np.zeros((n_r, 0), np.int64)
-    rank = np.asarray(c.rank, dtype=np.int64)
-    step = np.asarray(c.step, dtype=np.int64)
-    dur = np.asarray(c.dur_ns, dtype=np.int64)
+    cc = JobArrays.of(d, arrays).colls
+    rank = cc.col("rank", np.int64)
+    step = cc.col("step", np.int64)
+    dur = cc.col("dur_ns", np.int64)
     # communicators numbered in name order, without a Python step per row
-    first_id, distinct = first_seen_ids(c.group)
+    first_id, distinct = cc.first_seen("group")
     names = sorted(distinct)
     code = {g: i for i, g in enumerate(names)}
     grp = np.asarray([code[g] for g in distinct], dtype=np.int64)[first_id]
@@ -192,29 +193,30 @@ def wait_matrix(d: WindowDigest, ranks: np.ndarray) -> tuple[np.ndarray, np.ndar
     return steps, np.where(seen, W, -1)
 
 
-def copy_ns_per_step(d: WindowDigest, ranks: np.ndarray) -> np.ndarray:
+def copy_ns_per_step(d: WindowDigest, ranks: np.ndarray, arrays: JobArrays | None = None) -> np.ndarray:
     """(R,) each rank's host<->device copy time (memcpy records) per step, NaN without copies or steps."""
     f, r = d.fns, d.ranks
     n_r = ranks.size
     out = np.full(n_r, np.nan)
     if not f.rank or not r.rank or n_r == 0:
         return out
-    kind = np.asarray(f.kind, dtype=np.int64)
+    cols = JobArrays.of(d, arrays)
+    kind = cols.fns.col("kind", np.int64)
     sel = kind == _K_MEMCPY
     if not sel.any():
         return out
-    frank = np.asarray(f.rank, dtype=np.int64)[sel]
+    frank = cols.fns.col("rank", np.int64)[sel]
     # int64 sums: the same total in any row order (batch and streaming)
-    tot = np.asarray(f.total_ns, dtype=np.float64)[sel].round().astype(np.int64)
+    tot = cols.fns.col("total_ns", np.float64)[sel].round().astype(np.int64)
     slot = np.searchsorted(ranks, frank)
     ok = (slot < n_r) & (ranks[np.minimum(slot, n_r - 1)] == frank)
     copies = np.zeros(n_r, np.int64)
     np.add.at(copies, slot[ok], tot[ok])
-    rr = np.asarray(r.rank, dtype=np.int64)
+    rr = cols.ranks.col("rank", np.int64)
     rslot = np.searchsorted(ranks, rr)
     rok = (rslot < n_r) & (ranks[np.minimum(rslot, n_r - 1)] == rr)
     steps = np.zeros(n_r, np.int64)
-    np.add.at(steps, rslot[rok], np.asarray(r.steps, dtype=np.int64)[rok])
+    np.add.at(steps, rslot[rok], cols.ranks.col("steps", np.int64)[rok])
     seen = np.zeros(n_r, bool)
     seen[slot[ok]] = True
     good = seen & (steps > 0)
@@ -240,8 +242,8 @@ def slow_copy_ranks(copies: np.ndarray, roles: dict[int, np.ndarray]) -> np.ndar
     return out
 
 
-def paced_transfers(d: WindowDigest, ranks: np.ndarray, steps: np.ndarray,
-                    pacer: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def paced_transfers(d: WindowDigest, ranks: np.ndarray, steps: np.ndarray, pacer: np.ndarray,
+                    arrays: JobArrays | None = None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The communicators a member with a slow data path (``pacer``, (R,) bool) belongs to, with their
     transfer excess per step: (members, pacers, excess[S]).
 
@@ -256,13 +258,14 @@ def paced_transfers(d: WindowDigest, ranks: np.ndarray, steps: np.ndarray,
     n_r = ranks.size
     if not c.rank or not pacer.any():
         return []
-    rank = np.asarray(c.rank, dtype=np.int64)
-    step = np.asarray(c.step, dtype=np.int64)
-    dur = np.asarray(c.dur_ns, dtype=np.int64)
-    p2p = np.asarray(c.p2p, dtype=bool) if len(c.p2p) == len(c.rank) else np.zeros(rank.size, bool)
-    ops = np.asarray(c.op, dtype=np.int64) if len(c.op) == len(c.rank) else np.full(rank.size, -1)
+    cc = JobArrays.of(d, arrays).colls
+    rank = cc.col("rank", np.int64)
+    step = cc.col("step", np.int64)
+    dur = cc.col("dur_ns", np.int64)
+    p2p = cc.col("p2p", bool) if len(c.p2p) == len(c.rank) else np.zeros(rank.size, bool)
+    ops = cc.col("op", np.int64) if len(c.op) == len(c.rank) else np.full(rank.size, -1)
     # communicators numbered in name order, without a Python step per row
-    first_id, distinct = first_seen_ids(c.group)
+    first_id, distinct = cc.first_seen("group")
     names = sorted(distinct)
     code = {g: i for i, g in enumerate(names)}
     grp = np.asarray([code[g] for g in distinct], dtype=np.int64)[first_id]
@@ -310,31 +313,33 @@ def paced_transfers(d: WindowDigest, ranks: np.ndarray, steps: np.ndarray,
     return out
 
 
-def mean_step_ns(d: WindowDigest, ranks: np.ndarray) -> float:
+def mean_step_ns(d: WindowDigest, ranks: np.ndarray, arrays: JobArrays | None = None) -> float:
     """Mean step time: per rank, first start to last end of its rows over its steps; median over ranks."""
     r = d.ranks
     if not r.rank:
         return float("nan")
-    rr = np.asarray(r.rank, dtype=np.int64)
+    rc = JobArrays.of(d, arrays).ranks
+    rr = rc.col("rank", np.int64)
     ids, n, first = dense_ids(rr)
-    lo = group_min(ids, np.asarray(r.start_ns, dtype=np.float64), n)
-    hi = group_max(ids, np.asarray(r.end_ns, dtype=np.float64), n)
-    steps = np.bincount(ids, weights=np.asarray(r.steps, dtype=np.float64), minlength=n)
+    lo = group_min(ids, rc.col("start_ns", np.float64), n)
+    hi = group_max(ids, rc.col("end_ns", np.float64), n)
+    steps = np.bincount(ids, weights=rc.col("steps", np.float64), minlength=n)
     per = (hi - lo) / np.maximum(steps, 1)
     keep = np.isin(rr[first], ranks) & (steps > 0) & np.isfinite(per) & (per > 0)
     return float(np.median(per[keep])) if keep.any() else float("nan")
 
 
 def window_cost(d: WindowDigest, ranks: np.ndarray, roles: dict[int, np.ndarray],
-                step_ns: float | None = None) -> WindowCost | None:
+                step_ns: float | None = None, arrays: JobArrays | None = None) -> WindowCost | None:
     """The window's S and what S_X needs; None without collectives or :data:`MIN_STEPS` common steps.
 
     ``ranks``: the window's ranks, sorted (``Patterns.ranks``); ``roles``: slot
     indices into ``ranks`` of the ranks that do the same work
     (``Layout.peer_groups``); ``step_ns``: the mean measured step time
-    (default: :func:`mean_step_ns`).
+    (default: :func:`mean_step_ns`); ``arrays``: ``d``'s columns, when the caller shares them.
     """
-    steps, W = wait_matrix(d, ranks)
+    arrays = JobArrays.of(d, arrays)
+    steps, W = wait_matrix(d, ranks, arrays)
     # ranks that never wait in a collective here (none on this communicator set) pace nothing we can see
     active = (W >= 0).any(axis=1)
     if active.sum() < 2:
@@ -361,15 +366,15 @@ def window_cost(d: WindowDigest, ranks: np.ndarray, roles: dict[int, np.ndarray]
         sigma = max(1.4826 * float(np.median(np.abs(rest))), MIN_SIGMA_NS)
         noise = np.where(rest > OUTLIER_Z * sigma, 0.0, rest)
         ideal[rows] = typical + np.minimum(persistent, 0.0) + noise
-    T = float(step_ns) if step_ns is not None else mean_step_ns(d, kept)
+    T = float(step_ns) if step_ns is not None else mean_step_ns(d, kept, arrays)
     if not np.isfinite(T) or T <= 0:
         return None
     gain = float(np.mean(a.max(axis=0) - ideal.max(axis=0)))
     ideal_ns = max(T - gain, 1.0)
     # communicators a member's slow data path paces (S_X only: S and the ideal do not change)
     full_roles = {k: np.flatnonzero(np.isin(slots, members)) for k, members in roles.items()}
-    pacer = slow_copy_ranks(copy_ns_per_step(d, kept), full_roles)
-    paced = tuple(paced_transfers(d, kept, steps, pacer))
+    pacer = slow_copy_ranks(copy_ns_per_step(d, kept, arrays), full_roles)
+    paced = tuple(paced_transfers(d, kept, steps, pacer, arrays))
     return WindowCost(ranks=kept, steps=steps, step_ns=T, measured=a, ideal=ideal, ideal_ns=ideal_ns,
                       slowdown=float(max(1.0, T / ideal_ns)), paced=paced)
 

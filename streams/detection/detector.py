@@ -35,11 +35,11 @@ from .expected import MIN_COLL_BYTES, PAUSE_WINDOWS, bus_bandwidth, expected_fin
 from .history import JobHistory
 from .regression import regression_findings, with_window
 from .stages import stage_findings
-from .steps import assemble
+from .steps import assemble_with_arrays
 from .layout import Layout, infer_layout
 from .link_findings import link_findings
 from .links import nic_anomalies
-from .patterns import K_KERNEL, K_MEMCPY, Patterns, build_patterns
+from .patterns import K_KERNEL, K_MEMCPY, JobArrays, Patterns, build_patterns
 from .ports import classify
 from .peers import Cell, abnormal_cells, category_of, host_category_cells, node_cells, role_ratio
 from .robust import robust_z
@@ -78,9 +78,9 @@ def detect(d: WindowDigest, meta: JobRecord | None = None, detected_at_ns: int =
     ``history`` (the job's earlier windows) is read, never modified: use
     :func:`detect_step` to feed time windows in order and get the updated history.
     """
-    job_window, _ = assemble([d], None, final=True)
+    job_window, _, arrays = assemble_with_arrays([d], None, final=True)
     assert job_window is not None
-    return analyse_job_window(job_window, meta, history or JobHistory(job=d.job), detected_at_ns)[0]
+    return analyse_job_window(job_window, meta, history or JobHistory(job=d.job), detected_at_ns, arrays)[0]
 
 
 def detect_step(d: WindowDigest, meta: JobRecord | None, history: JobHistory | None,
@@ -93,10 +93,10 @@ def detect_step(d: WindowDigest, meta: JobRecord | None, history: JobHistory | N
     """
     history = history if history is not None else JobHistory(job=d.job)
     pending = [*history.pending, d]
-    job_window, carry = assemble(pending, history.carry)
+    job_window, carry, arrays = assemble_with_arrays(pending, history.carry)
     if job_window is None:
         return [], msgspec.structs.replace(history, pending=pending)
-    verdicts, new_history = analyse_job_window(job_window, meta, history, detected_at_ns)
+    verdicts, new_history = analyse_job_window(job_window, meta, history, detected_at_ns, arrays)
     return verdicts, msgspec.structs.replace(new_history, pending=[], carry=carry)
 
 
@@ -104,24 +104,29 @@ def flush_job(meta: JobRecord | None, history: JobHistory, detected_at_ns: int =
     """End of a job's input: analyse whatever is still pending."""
     if not history.pending:
         return [], history
-    job_window, _ = assemble(history.pending, history.carry, final=True)
+    job_window, _, arrays = assemble_with_arrays(history.pending, history.carry, final=True)
     assert job_window is not None
-    verdicts, new_history = analyse_job_window(job_window, meta, history, detected_at_ns)
+    verdicts, new_history = analyse_job_window(job_window, meta, history, detected_at_ns, arrays)
     return verdicts, msgspec.structs.replace(new_history, pending=[], carry=None)
 
 
 def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHistory,
-                       detected_at_ns: int = 0) -> tuple[list[Verdict], JobHistory]:
-    """One job window of whole steps: verdicts, and the job's history including it."""
+                       detected_at_ns: int = 0, arrays: JobArrays | None = None) -> tuple[list[Verdict], JobHistory]:
+    """One job window of whole steps: verdicts, and the job's history including it.
+
+    ``arrays``: ``d``'s columns as far as its assembly converted them (the rest are converted
+    here, once, for every test that reads them).
+    """
     layout = infer_layout(d, meta)
     findings: list[Finding] = []
-    p = build_patterns(d) if d.ranks.rank else None
+    arrays = JobArrays.of(d, arrays)
+    p = build_patterns(d, arrays) if d.ranks.rank else None
     step_ns = float(np.nanmedian(p.step_time_ns)) if p is not None and p.ranks.size else float("nan")
     findings += hang_findings(d, step_ns, layout.rank_node)
     enough = p is not None and bool(np.median(p.steps) >= MIN_STEPS) and step_ns > 0
     if p is not None and enough:
         counters = attr.with_model_power_limits(_canonical(from_digest(d)), layout.rank_node)
-        coll = collective_stats(d, p.ranks, layout.rank_node)
+        coll = collective_stats(d, p.ranks, layout.rank_node, arrays)
         ports = classify(counters)
         anomalies = nic_anomalies(counters, ports)
         findings += rank_findings(p, layout, counters, coll, step_ns)
@@ -138,7 +143,7 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
     elif p is not None and step_ns > 0 and bool(np.median(p.steps) >= 1):
         # fewer whole steps than a comparison needs (steps past the stall bound, the end of input)
         counters = attr.with_model_power_limits(_canonical(from_digest(d)), layout.rank_node)
-        coll = collective_stats(d, p.ranks, layout.rank_node)
+        coll = collective_stats(d, p.ranks, layout.rank_node, arrays)
         ports = classify(counters)
         findings += transport_findings(p, layout, counters, coll, nic_anomalies(counters, ports), ports,
                                        best_bus=best_bus_Bps(history.bus_reference, inter_node_groups(coll, MIN_COLL_BYTES)))
@@ -156,9 +161,8 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
         new_history = msgspec.structs.replace(
             new_history, pauses=[*history.pauses, pause_now][-(PAUSE_WINDOWS - 1):],
             bus_reference=remember_bus(history.bus_reference, fabric, {g.name: bus_bandwidth(g) for g in fabric}))
-    prices = finding_costs(window_cost(d, p.ranks, layout.peer_groups(p.ranks)) if p is not None and enough else None,
-                           findings,
-                           meta.world_size if meta is not None and meta.world_size else 0)
+    cost = window_cost(d, p.ranks, layout.peer_groups(p.ranks), arrays=arrays) if p is not None and enough else None
+    prices = finding_costs(cost, findings, meta.world_size if meta is not None and meta.world_size else 0)
     verdicts = [to_verdict(f, d.job, d.start_ns, d.end_ns, detected_at_ns, c) for f, c in zip(findings, prices)]
     return verdicts, new_history
 
@@ -615,19 +619,21 @@ def _merge_nodes(findings: list[Finding], layout: Layout, p: Patterns) -> list[F
 def _assign_victims(findings: list[Finding], p: Patterns, coll: CollectiveStats, step_ns: float) -> None:
     """Victims: ranks outside the culprit set that wait longer in collectives than the culprits."""
     waits = coll.wait_per_step
+    known = set(p.ranks.tolist())
     for f in findings:
         if f.kind == "hang" or not f.culprits:
             continue
-        slots = np.searchsorted(p.ranks, [r for r in f.culprits if r in set(p.ranks.tolist())])
+        slots = np.searchsorted(p.ranks, [r for r in f.culprits if r in known])
         if slots.size == 0:
             continue
         threshold = float(np.max(waits[slots])) + VICTIM_MARGIN * step_ns
-        culprit_set = set(f.culprits)
-        f.victims = [int(r) for r, w in zip(p.ranks, waits) if int(r) not in culprit_set and w > threshold]
+        # one mask over the ranks (in their order), not a Python step per rank and finding
+        victim = (waits > threshold) & ~np.isin(p.ranks, np.asarray(f.culprits, dtype=np.int64))
+        f.victims = p.ranks[victim].tolist()
         if f.victims and "collective_wait_ns_per_step" not in f.evidence:
             f.evidence["collective_wait_ns_per_step"] = {
                 "culprit": round(float(np.median(waits[slots]))),
-                "victim_median": round(float(np.median([w for r, w in zip(p.ranks, waits) if int(r) in set(f.victims)]))),
+                "victim_median": round(float(np.median(waits[victim]))),
             }
         if f.victims and f.scope != "job":
             f.summary += f"; {len(f.victims)} ranks wait for it in collectives"

@@ -238,6 +238,34 @@ def sorted_quantiles(sv: np.ndarray, counts: np.ndarray, starts: np.ndarray, qs:
     return out
 
 
+def group_median(ids: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """``np.median`` of each group's values, all groups by one sort; NaN for an empty group or one holding a NaN.
+
+    The very bits ``np.median`` gives: its middle order statistics are unique by
+    value (equal values differ at most in the sign of a zero), and it averages
+    them as its ``mean`` does, ``(0.0 + a [+ b]) / count``, which makes a zero
+    of either sign 0.0, so which of two equal zeros sits in the middle cannot
+    show.
+    """
+    out = np.full(n, np.nan)
+    if not values.size:
+        return out
+    values = values.astype(np.float64, copy=False)
+    order = np.lexsort((values, ids))
+    sv = values[order]
+    counts = np.bincount(ids, minlength=n)
+    starts = np.cumsum(counts) - counts
+    has = counts > 0
+    lo = (starts + (counts - 1) // 2)[has]
+    hi = (starts + counts // 2)[has]
+    with np.errstate(over="ignore", invalid="ignore"):
+        med = np.where(counts[has] % 2 == 1, (0.0 + sv[lo]) / 1.0, ((0.0 + sv[lo]) + sv[hi]) / 2.0)
+    out[has] = med
+    nan = np.bincount(ids, weights=np.isnan(values), minlength=n) > 0
+    out[nan] = np.nan
+    return out
+
+
 def group_max(ids: np.ndarray, values: np.ndarray, n: int, fill: float = np.nan) -> np.ndarray:
     out = np.full(n, -np.inf)
     np.fmax.at(out, ids, values.astype(np.float64))  # fmax: NaN values are ignored

@@ -20,7 +20,7 @@ import numpy as np
 
 from .collectives import CollectiveStats, GroupStats
 from .counters import NIC_CONGESTION, NIC_ERRORS, CounterSummary
-from .ports import PortMap, classify, link_trouble, secondary_ports
+from .ports import PortMap, classify, link_trouble, link_trouble_of, secondary_ports
 from .robust import leave_one_out_median, robust_z
 
 MIN_GROUPS = 3            # the smallest family whose leave-one-out median ignores one odd group
@@ -227,6 +227,71 @@ def _errors(m: dict[str, float]) -> float:
     return float(np.nansum([m.get(f"{k}_inc", np.nan) for k in NIC_ERRORS]))
 
 
+_ERROR_KEYS = tuple(f"{k}_inc" for k in NIC_ERRORS)
+
+
+def _errors_of(ms: Sequence[dict[str, float]]) -> np.ndarray:
+    """:func:`_errors` of every port, by one row-wise ``nansum`` (the same additions, in the same order, per row)."""
+    table = np.array([[m.get(k, np.nan) for k in _ERROR_KEYS] for m in ms], dtype=np.float64)
+    out: np.ndarray = np.nansum(table.reshape(len(ms), len(_ERROR_KEYS)), axis=1)
+    return out
+
+
+def _group_ids(names: Sequence[str]) -> np.ndarray:
+    """A dense id per distinct name (in order of first appearance)."""
+    index: dict[str, int] = {}
+    return np.fromiter((index.setdefault(n, len(index)) for n in names), dtype=np.int64, count=len(names))
+
+
+def _medians_without(group: np.ndarray, values: np.ndarray, peers: Callable[[int], list[float]]) -> list[float]:
+    """Per member, :meth:`_LeaveOneOut.median_without` in its group (``group``: dense ids), all members at once.
+
+    The groups' finite values are sorted once together; a member's median
+    without itself reads the two middle order statistics of its group past its
+    own sorted place (``bisect_left``: the count of smaller values), combined
+    by :func:`_quantile_at`'s very formula, element-wise in float64 (the same
+    IEEE operations as its Python floats). A group holding a -0.0 takes
+    ``peers(i)`` (the scalar way, whose peers' order decides which zero).
+    """
+    n = values.size
+    if n == 0:
+        return []
+    n_g = int(group.max()) + 1
+    fin = np.isfinite(values)
+    fi = np.flatnonzero(fin)
+    order = fi[np.lexsort((values[fi], group[fi]))]
+    sg, sv = group[order], values[order]
+    n_fin = np.bincount(sg, minlength=n_g)
+    g_start = np.cumsum(n_fin) - n_fin
+    # bisect_left: a finite member's place is the start of its run of equal values in its group
+    new_run = np.ones(sv.size, dtype=bool)
+    new_run[1:] = (sg[1:] != sg[:-1]) | (sv[1:] != sv[:-1])
+    run_start = np.maximum.accumulate(np.where(new_run, np.arange(sv.size), 0)) if sv.size else sv.astype(np.int64)
+    skip = np.full(n, np.iinfo(np.int64).max)  # a non-finite member leaves nothing out
+    skip[order] = run_start - g_start[sg]
+    m = n_fin[group] - fin  # the values left
+    v = (m - 1) * 0.5
+    lo = np.floor(np.maximum(v, 0.0)).astype(np.int64)
+    t = v - lo
+    last = max(sv.size - 1, 0)
+    base = g_start[group]
+    pos_a = np.minimum(base + lo + (lo >= skip), last)
+    pos_b = np.minimum(base + lo + 1 + (lo + 1 >= skip), last)
+    s = sv if sv.size else np.full(1, np.nan)
+    a, b = s[pos_a], s[pos_b]
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = b - a
+        med = np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
+    med = np.where(m == 1, a, med)
+    med[m <= 0] = np.nan
+    out: list[float] = med.tolist()
+    negative_zero = np.zeros(n_g, dtype=bool)
+    negative_zero[sg[(sv == 0.0) & np.signbit(sv)]] = True
+    for i in np.flatnonzero(negative_zero[group]).tolist():
+        out[i] = _fleet_median(np.array(peers(i)))
+    return out
+
+
 def _flaky(node: str, nic: str, m: dict[str, float], ev: dict[str, Any], errors: float) -> NicAnomaly:
     """A port whose errors climb: the evidence of each error counter that rose, strength from their sum."""
     ev.update({f"{k}_increase": {"culprit": m.get(f"{k}_inc")} for k in NIC_ERRORS
@@ -294,7 +359,7 @@ def nic_anomalies(counters: CounterSummary, ports: PortMap | None = None) -> lis
     if not rails:
         return []
     ms = [counters.nic[(p.node, p.nic)] for p in rails]
-    errors = np.array([_errors(m) for m in ms])
+    errors = _errors_of(ms)
     err_med = _fleet_median(errors)
     err_limit = max(ERROR_FLOOR, ERROR_FACTOR * (err_med if np.isfinite(err_med) else 0.0))
     cong = {k: np.array([m.get(f"{k}_inc", np.nan) for m in ms]) for k in NIC_CONGESTION}
@@ -302,51 +367,47 @@ def nic_anomalies(counters: CounterSummary, ports: PortMap | None = None) -> lis
     cong_med = {k: _fleet_quantile(v, 0.25) for k, v in cong.items()}
     # A port's peers are its group less itself: the same rail (port name) on the other
     # nodes (``ports.same_rail``), the other rails of its node (``ports.node_rails``).
-    members: dict[tuple[bool, str], list[int]] = {}
-    for i, port in enumerate(rails):
-        members.setdefault((True, port.nic), []).append(i)
-        members.setdefault((False, port.node), []).append(i)
-    at: dict[tuple[bool, str, int], int] = {}
-    speeds: dict[tuple[bool, str], _LeaveOneOut] = {}
-    tputs: dict[str, _LeaveOneOut] = {}
-    for (by_rail, name), idx in members.items():
-        at.update({(by_rail, name, i): j for j, i in enumerate(idx)})
-        speeds[(by_rail, name)] = _LeaveOneOut([rails[i].link_gbps for i in idx])
-        if by_rail:
-            tputs[name] = _LeaveOneOut([rails[i].throughput_Bps for i in idx])
-    out: list[NicAnomaly] = []
-    for i, (port, m) in enumerate(zip(rails, ms)):
-        j_rail, j_node = at[(True, port.nic, i)], at[(False, port.node, i)]
-        rail_speed = speeds[(True, port.nic)].median_without(
-            j_rail, lambda: [p.link_gbps for p in ports.same_rail(port)])
-        node_speed = speeds[(False, port.node)].median_without(
-            j_node, lambda: [p.link_gbps for p in ports.node_rails(port.node, exclude=port.nic)])
-        same_tput = tputs[port.nic].median_without(j_rail, lambda: [p.throughput_Bps for p in ports.same_rail(port)])
-        ev = {
-            "nic": {"culprit": port.nic, "class": port.cls},
-            "link_gbps": {"culprit": m.get("link_gbps"), "same_rail_median": rail_speed,
-                          "node_rails_median": node_speed},
-            "throughput_Bps": {"culprit": round(m.get("throughput_Bps", np.nan), 1),
-                               "same_rail_median": round(same_tput, 1)},
-            "throughput_cv": {"culprit": round(m.get("throughput_cv", np.nan), 3)},
-        }
-        speed = port.link_gbps
+    by_rail = _group_ids([p.nic for p in rails])
+    by_node = _group_ids([p.node for p in rails])
+    speed = np.array([p.link_gbps for p in rails], dtype=np.float64)
+    tput = np.array([p.throughput_Bps for p in rails], dtype=np.float64)
+    rail_speed = _medians_without(by_rail, speed, lambda i: [p.link_gbps for p in ports.same_rail(rails[i])])
+    node_speed = _medians_without(
+        by_node, speed, lambda i: [p.link_gbps for p in ports.node_rails(rails[i].node, exclude=rails[i].nic)])
+    same_tput = _medians_without(by_rail, tput, lambda i: [p.throughput_Bps for p in ports.same_rail(rails[i])])
+    # The tests of every port at once; only the ports they single out are visited one by one.
+    rs, ns = np.array(rail_speed), np.array(node_speed)
+    with np.errstate(invalid="ignore"):
         # Slower than the same rail elsewhere (switch ports of a rail are set alike), and
         # not merely a node type whose rails are all slower: its own other rails are faster.
-        degraded = (np.isfinite(speed) and np.isfinite(rail_speed) and speed < LINK_SPEED_LOW * rail_speed
-                    and (not np.isfinite(node_speed) or speed < LINK_SPEED_LOW * node_speed))
-        if degraded:
-            ref = rail_speed if not np.isfinite(node_speed) else min(rail_speed, node_speed)
-            out.append(NicAnomaly(port.node, port.nic, "degraded", ev, 1.0 + (ref - speed) / ref))
-        elif errors[i] > err_limit or link_trouble(m):
-            flaky = _flaky(port.node, port.nic, m, ev, errors[i])
+        degraded = (np.isfinite(speed) & np.isfinite(rs) & (speed < LINK_SPEED_LOW * rs)
+                    & (~np.isfinite(ns) | (speed < LINK_SPEED_LOW * ns)))
+        flaky = (errors > err_limit) | link_trouble_of(ms)
+        raised_at = {k: np.isfinite(v) & (v > 0) & (v > CONGESTION_FACTOR * max(
+            cong_med[k] if np.isfinite(cong_med[k]) else 0.0, 1.0)) for k, v in cong.items()}
+    congested = np.zeros(len(rails), dtype=bool)
+    for mask in raised_at.values():
+        congested |= mask
+    out: list[NicAnomaly] = []
+    for i in np.flatnonzero(degraded | flaky | congested).tolist():
+        port, m = rails[i], ms[i]
+        ev = {
+            "nic": {"culprit": port.nic, "class": port.cls},
+            "link_gbps": {"culprit": m.get("link_gbps"), "same_rail_median": rail_speed[i],
+                          "node_rails_median": node_speed[i]},
+            "throughput_Bps": {"culprit": round(m.get("throughput_Bps", np.nan), 1),
+                               "same_rail_median": round(same_tput[i], 1)},
+            "throughput_cv": {"culprit": round(m.get("throughput_cv", np.nan), 3)},
+        }
+        if degraded[i]:
+            ref = rail_speed[i] if not np.isfinite(node_speed[i]) else min(rail_speed[i], node_speed[i])
+            out.append(NicAnomaly(port.node, port.nic, "degraded", ev, 1.0 + (ref - port.link_gbps) / ref))
+        elif flaky[i]:
+            anomaly = _flaky(port.node, port.nic, m, ev, errors[i])
             ev["errors_increase"] = {"culprit": errors[i], "rails_median": err_med}  # after the counters, as before
-            out.append(flaky)
+            out.append(anomaly)
         else:
-            raised = [k for k in NIC_CONGESTION
-                      if np.isfinite(cong[k][i]) and cong[k][i] > 0
-                      and cong[k][i] > CONGESTION_FACTOR * max(cong_med[k] if np.isfinite(cong_med[k]) else 0.0, 1.0)]
-            if raised:
-                ev.update({f"{k}_increase": {"culprit": cong[k][i], "rails_q25": cong_med[k]} for k in raised})
-                out.append(NicAnomaly(port.node, port.nic, "congested", ev, 1.0))
+            raised = [k for k in NIC_CONGESTION if raised_at[k][i]]
+            ev.update({f"{k}_increase": {"culprit": cong[k][i], "rails_q25": cong_med[k]} for k in raised})
+            out.append(NicAnomaly(port.node, port.nic, "congested", ev, 1.0))
     return out

@@ -9,8 +9,10 @@ comparison is then a column-wise operation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from eroica.models.columns import KIND_CODE, Columns
 from eroica.models.digest import InFlightRows, WindowDigest
@@ -174,6 +176,107 @@ def first_seen_ids(values: list[str]) -> tuple[np.ndarray, list[str]]:
     return np.fromiter(map(index.__getitem__, values), np.int64, len(values)), distinct
 
 
+class RowArrays:
+    """One row set of a job window (its ``FnRows``, ``CollRows`` or ``RankRows``) as numpy columns, each
+    converted once.
+
+    The rows are Python lists (the digest's wire form), and several tests read
+    the same columns (patterns, collectives, costs): for a window of a
+    thousand ranks the conversions were a large share of the analysis. A
+    window is never changed while it is analysed, so the arrays are shared,
+    read-only (numpy refuses a write).
+    """
+
+    __slots__ = ("rows", "_arrays", "_ids")
+
+    def __init__(self, rows: Any) -> None:
+        self.rows = rows
+        self._arrays: dict[tuple[str, np.dtype[Any]], np.ndarray] = {}
+        self._ids: dict[str, tuple[np.ndarray, list[str]]] = {}
+
+    def col(self, name: str, dtype: npt.DTypeLike) -> np.ndarray:
+        """``np.asarray(rows.<name>, dtype=dtype)``, read-only."""
+        key = (name, np.dtype(dtype))
+        out = self._arrays.get(key)
+        if out is None:
+            out = np.asarray(getattr(self.rows, name), dtype=key[1])
+            out.flags.writeable = False
+            self._arrays[key] = out
+        return out
+
+    def first_seen(self, name: str) -> tuple[np.ndarray, list[str]]:
+        """:func:`first_seen_ids` of a string column (the ids read-only, the list not to be changed)."""
+        out = self._ids.get(name)
+        if out is None:
+            ids, distinct = first_seen_ids(getattr(self.rows, name))
+            ids.flags.writeable = False
+            out = self._ids[name] = (ids, distinct)
+        return out
+
+    def known(self, name: str, dtype: npt.DTypeLike, values: np.ndarray) -> None:
+        """Give ``col(name, dtype)`` beforehand: ``values`` must be exactly what converting the column gives
+        (the builder of the rows had them, :func:`.steps.split_at_cut`)."""
+        values.flags.writeable = False
+        self._arrays[(name, np.dtype(dtype))] = values
+
+    def known_ids(self, name: str, ids: np.ndarray, distinct: list[str]) -> None:
+        """Give ``first_seen(name)`` beforehand (as :meth:`known`)."""
+        ids.flags.writeable = False
+        self._ids[name] = (ids, distinct)
+
+    def taken(self, name: str, dtype: npt.DTypeLike, idx: np.ndarray) -> np.ndarray | None:
+        """``col(name, dtype)[idx]`` when that column is converted already, else None (the rows ``idx`` of a
+        row set built from these rows then convert their own column, at the same cost)."""
+        out = self._arrays.get((name, np.dtype(dtype)))
+        return None if out is None else out[idx]
+
+    def ids_taken(self, name: str, idx: np.ndarray) -> tuple[np.ndarray, list[str]] | None:
+        """:func:`first_seen_ids` of the column's rows ``idx`` (in that order), from this column's, when numbered
+        already: the codes renumbered in order of first appearance there (equal strings, equal codes)."""
+        seen = self._ids.get(name)
+        if seen is None:
+            return None
+        ids, distinct = seen
+        renumbered, codes = renumber_first_seen(ids[idx])
+        return renumbered, [distinct[c] for c in codes.tolist()]
+
+
+class JobArrays:
+    """The numpy columns of one job-window digest (:class:`RowArrays` of its rows), shared by its tests."""
+
+    __slots__ = ("digest", "fns", "colls", "ranks")
+
+    def __init__(self, d: WindowDigest) -> None:
+        self.digest = d
+        self.fns = RowArrays(d.fns)
+        self.colls = RowArrays(d.colls)
+        self.ranks = RowArrays(d.ranks)
+
+    @staticmethod
+    def of(d: WindowDigest, arrays: JobArrays | None) -> JobArrays:
+        """``arrays`` when given (they must be ``d``'s), else fresh ones for ``d``."""
+        if arrays is None:
+            return JobArrays(d)
+        if arrays.digest is not d:
+            raise ValueError("the arrays of another digest")
+        return arrays
+
+
+def renumber_first_seen(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Equal codes (non-negative) keep one id, numbered in order of first appearance in ``codes``; and the
+    code of each id."""
+    if not codes.size:
+        return codes, codes
+    used, inverse = used_codes(codes, int(codes.max()) + 1)
+    first = np.full(used.size, codes.size, dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(codes.size))
+    order = np.argsort(first)
+    rank = np.empty(used.size, dtype=np.int64)
+    rank[order] = np.arange(used.size)
+    out: np.ndarray = rank[inverse]
+    return out, used[order]
+
+
 def used_codes(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(code, return_inverse=True)`` for codes in ``[0, space)``: by a table of the space, not a sort,
     when the space is no larger than the rows (the codes of distinct strings seen in them)."""
@@ -189,8 +292,13 @@ def used_codes(code: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
 def _sorted_fn_ids(fn: list[str], stack: list[str]) -> tuple[np.ndarray, list[tuple[str, str]]]:
     """Each row's function id in sorted (name, stack) order, and those pairs: ``sorted(set(zip(fn, stack)))``
     without a tuple per row (the rows of a 1,024-rank window built 77k of them, and set the GC off)."""
-    a, names = first_seen_ids(fn)
-    b, stacks = first_seen_ids(stack)
+    return _sorted_pair_ids(first_seen_ids(fn), first_seen_ids(stack))
+
+
+def _sorted_pair_ids(fn: tuple[np.ndarray, list[str]],
+                     stack: tuple[np.ndarray, list[str]]) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """:func:`_sorted_fn_ids` from the columns' :func:`first_seen_ids`."""
+    (a, names), (b, stacks) = fn, stack
     code = a * max(len(stacks), 1) + b
     if not code.size:
         return code, []
@@ -269,56 +377,57 @@ def _level(cell: np.ndarray, low: np.ndarray, steps: np.ndarray, calls: np.ndarr
     return group_min(cell[whole], low[whole], n_cells)
 
 
-def build_patterns(d: WindowDigest) -> Patterns:
+def build_patterns(d: WindowDigest, arrays: JobArrays | None = None) -> Patterns:
     """Dense rank x function matrices from the digest rows, for column-wise peer comparison.
 
     A (rank, function) may have several rows (interior steps of several time
     windows, edge steps): sums add up, per-step medians combine weighted by the
-    steps each row covers.
+    steps each row covers. ``arrays``: ``d``'s columns, when the caller shares them.
     """
-    r = d.ranks
-    rr = np.asarray(r.rank, dtype=np.int64)
+    cols = JobArrays.of(d, arrays)
+    rc = cols.ranks
+    rr = rc.col("rank", np.int64)
     ranks, r_slot = np.unique(rr, return_inverse=True)
     n_r = ranks.size
-    r_w = np.asarray(r.steps, dtype=np.float64)
+    r_w = rc.col("steps", np.float64)
     steps = np.bincount(r_slot, weights=r_w, minlength=n_r).astype(np.int64)
-    step_time = group_weighted_median(r_slot, np.asarray(r.step_time_ns, dtype=np.float64), r_w, n_r)
+    step_time_ns = rc.col("step_time_ns", np.float64)
+    step_time = group_weighted_median(r_slot, step_time_ns, r_w, n_r)
     # Time the rank's recorded steps took: the denominator of beta. Not the window's
     # length: a collector may trace one step in N (sampled tracing), and checkpoints
     # or evaluations between steps are not training time either.
-    busy = np.bincount(r_slot, weights=r_w * np.nan_to_num(np.asarray(r.step_time_ns, dtype=np.float64)),
-                       minlength=n_r)
-    f = d.fns
+    busy = np.bincount(r_slot, weights=r_w * np.nan_to_num(step_time_ns), minlength=n_r)
+    f, fc = d.fns, cols.fns
     # Functions in sorted (name, stack) order, never in row order: rows arrive in
     # whatever order partitions were merged, and every later tie (max over
     # functions, first abnormal cell) must not depend on it.
-    fid, keys = _sorted_fn_ids(f.fn, f.stack)
+    fid, keys = _sorted_pair_ids(fc.first_seen("fn"), fc.first_seen("stack"))
     n_f = len(keys)
     kinds = np.zeros(n_f, dtype=np.int64)
-    kinds[fid] = f.kind
-    slot = np.searchsorted(ranks, np.asarray(f.rank, dtype=np.int64))
+    kinds[fid] = fc.col("kind", np.int64)
+    slot = np.searchsorted(ranks, fc.col("rank", np.int64))
     cell = slot * max(n_f, 1) + fid
     n_cells = n_r * max(n_f, 1)
-    w = np.asarray(f.steps, dtype=np.float64) if len(f.steps) == len(f.fn) else np.ones(len(f.fn))
+    w = fc.col("steps", np.float64) if len(f.steps) == len(f.fn) else np.ones(len(f.fn))
     present = np.bincount(cell, minlength=n_cells) > 0
 
-    def summed(values: list[float]) -> np.ndarray:
-        m = np.bincount(cell, weights=np.asarray(values, dtype=np.float64), minlength=n_cells)
+    def summed(name: str) -> np.ndarray:
+        m = np.bincount(cell, weights=fc.col(name, np.float64), minlength=n_cells)
         return np.where(present, m, np.nan).reshape(n_r, max(n_f, 1))[:, :n_f]
 
-    def wmedian(values: list[float]) -> np.ndarray:
-        m = _weighted_medians(cell, np.asarray(values, dtype=np.float64), w, n_cells)
+    def wmedian(name: str) -> np.ndarray:
+        m = _weighted_medians(cell, fc.col(name, np.float64), w, n_cells)
         return m.reshape(n_r, max(n_f, 1))[:, :n_f]
 
-    calls = np.asarray(f.count, dtype=np.float64)
+    calls = fc.col("count", np.float64)
     count = np.bincount(cell, weights=calls, minlength=n_cells)
     count = count.reshape(n_r, max(n_f, 1))[:, :n_f].astype(np.int64)
-    lows = np.asarray(f.low_ns if len(f.low_ns) == len(f.fn) else f.per_step_ns, dtype=np.float64)
+    lows = fc.col("low_ns" if len(f.low_ns) == len(f.fn) else "per_step_ns", np.float64)
     low = group_min(cell, lows, n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
-    p99 = group_max(cell, np.asarray(f.p99_ns, dtype=np.float64), n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
-    excl = summed(f.excl_ns)
-    total = summed(f.total_ns)
-    per_step = wmedian(f.per_step_ns)
+    p99 = group_max(cell, fc.col("p99_ns", np.float64), n_cells).reshape(n_r, max(n_f, 1))[:, :n_f]
+    excl = summed("excl_ns")
+    total = summed("total_ns")
+    per_step = wmedian("per_step_ns")
     # A function that runs in fewer than half of a rank's steps (a GC pass, a
     # periodic log) has a per-step median of 0 over *all* steps; its median over
     # the steps where it ran would compare one rare pause with peers that had
@@ -339,8 +448,8 @@ def build_patterns(d: WindowDigest) -> Patterns:
     window_ns = d.end_ns - d.start_ns
     return Patterns(
         ranks=ranks, fn_names=[k[0] for k in keys], fn_stacks=[k[1] for k in keys], fn_kinds=kinds,
-        count=count, total_ns=total, excl_ns=excl, median_ns=wmedian(f.median_ns),
-        p90_ns=wmedian(f.p90_ns), p99_ns=p99, per_step_ns=per_step, low_ns=low,
+        count=count, total_ns=total, excl_ns=excl, median_ns=wmedian("median_ns"),
+        p90_ns=wmedian("p90_ns"), p99_ns=p99, per_step_ns=per_step, low_ns=low,
         beta=excl / np.where(busy > 0, busy, float(window_ns))[:, None], steps=steps, step_time_ns=step_time, window_ns=window_ns,
         sporadic=sporadic, median_step_ns=median_step, ref_rows=(cell, lows, w, calls, n_cells),
     )

@@ -9,12 +9,13 @@ compared this way: their duration measures waiting, which points at victims.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from .patterns import K_COLL, K_IO, K_KERNEL, K_LOADER, K_MEMCPY, Patterns
-from .robust import leave_one_out_median, robust_z
+from .robust import MAD_TO_SIGMA, column_leave_one_out_medians, column_medians, leave_one_out_median, robust_z
 
 MIN_PEERS = 4        # fewer ranks in a role cannot tell an outlier from a pair
 MIN_RATIO = 1.10     # 10% slower than the peers' median
@@ -69,28 +70,62 @@ def abnormal_cells(p: Patterns, roles: dict[int, np.ndarray], kernels: bool | No
     if step <= 0:
         return cells
     metric = p.per_step_ns
+    tested = [f for f in range(metric.shape[1]) if _tested(p, f, kernels)]
+    # Floors at 0.1% of a step: a function that costs peers ~nothing gives finite ratios and z.
+    floor = 0.001 * step
     for members in roles.values():
-        if members.size < MIN_PEERS:
+        if members.size < MIN_PEERS or not tested:
             continue
-        for f in range(metric.shape[1]):
-            if not _tested(p, f, kernels):
-                continue
-            col = metric[members, f]
-            ok = np.isfinite(col)
-            if ok.sum() < MIN_PEERS:
-                continue
-            x = col[ok]
-            loo = leave_one_out_median(x)
-            # Floors at 0.1% of a step: a function that costs peers ~nothing gives finite ratios and z.
-            floor = 0.001 * step
-            z, _, _ = robust_z(x, abs_floor=floor)
-            ratio = x / np.maximum(loo, floor)
-            excess = x - loo
-            hit = _hit(ratio, z, excess, step)
+        block = metric[np.ix_(members, np.asarray(tested, dtype=np.intp))]
+        whole = np.isfinite(block).all(axis=0)
+        # the functions every member runs, all at once (the same statistics, column by column)
+        hits = _column_hits(block[:, whole], step, floor)
+        for j, f in enumerate(tested):
+            if whole[j]:
+                x, loo, ratio, z, excess, hit = hits[int(np.count_nonzero(whole[:j]))]
+                chosen, ok_n = members, members.size
+            else:
+                col = block[:, j]
+                ok = np.isfinite(col)
+                if ok.sum() < MIN_PEERS:
+                    continue
+                x = col[ok]
+                loo = leave_one_out_median(x)
+                z, _, _ = robust_z(x, abs_floor=floor)
+                ratio = x / np.maximum(loo, floor)
+                excess = x - loo
+                hit = _hit(ratio, z, excess, step)
+                chosen, ok_n = members[ok], int(ok.sum())
             for i in np.flatnonzero(hit):
-                cells.append(Cell(int(members[ok][i]), f, float(x[i]), float(loo[i]), float(ratio[i]),
-                                  float(z[i]), float(excess[i]), int(ok.sum() - 1)))
+                cells.append(Cell(int(chosen[i]), f, float(x[i]), float(loo[i]), float(ratio[i]),
+                                  float(z[i]), float(excess[i]), ok_n - 1))
     return cells
+
+
+_Stats = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _column_hits(block: np.ndarray, step: float, floor: float) -> list[_Stats]:
+    """The peer test of each column of ``block`` (finite values), as one column at a time would run it:
+    (x, leave-one-out median, ratio, z, excess, hit) per column.
+
+    The order statistics come from one sort of the block (:func:`.robust.column_medians`,
+    :func:`.robust.column_leave_one_out_medians`: ``np.median``'s and
+    :func:`.robust.leave_one_out_median`'s very bits), the rest is element-wise.
+    """
+    if block.shape[1] == 0:
+        return []
+    loo = column_leave_one_out_medians(block)
+    med = column_medians(block)
+    mad = column_medians(np.abs(block - med)) * MAD_TO_SIGMA
+    # robust_z's scale: max(mad, |median| * rel_floor, abs_floor), in the same float operations
+    scale = np.maximum(np.maximum(mad, np.abs(med) * 0.02), floor)
+    scale = np.where(np.isnan(mad), mad, scale)
+    z = (block - med) / scale
+    ratio = block / np.maximum(loo, floor)
+    excess = block - loo
+    hit = _hit(ratio, z, excess, step)
+    return [(block[:, j], loo[:, j], ratio[:, j], z[:, j], excess[:, j], hit[:, j]) for j in range(block.shape[1])]
 
 
 def host_category_cells(p: Patterns, roles: dict[int, np.ndarray]) -> list[Cell]:
@@ -171,11 +206,15 @@ def node_cells(p: Patterns, roles: dict[int, np.ndarray], rank_node: dict[int, s
     floor = 0.001 * step  # the peer test's floor
     metric = p.per_step_ns
     for members in roles.values():
-        nodes = np.array([rank_node.get(int(p.ranks[m]), "") for m in members])
-        for node in sorted(set(nodes.tolist()) - {""}):
+        names = [rank_node.get(r, "") for r in p.ranks[members].tolist()]
+        held = Counter(names)
+        # below half the role the plain peer test sees it (and < MIN_PEERS others tell nothing)
+        big = [n for n in sorted(held) if n and 2 * held[n] >= members.size and members.size - held[n] >= MIN_PEERS]
+        if not big:
+            continue
+        nodes = np.array(names)
+        for node in big:
             mine = nodes == node
-            if 2 * int(mine.sum()) < members.size or int((~mine).sum()) < MIN_PEERS:
-                continue  # below half the role the plain peer test sees it (and < MIN_PEERS others tell nothing)
             for f in range(metric.shape[1]):
                 if not _tested(p, f, kernels):
                     continue

@@ -32,8 +32,11 @@ front-end port is never compared with a rail, and never blamed.
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -137,6 +140,9 @@ class PortMap:
         return {k: sorted(v) for k, v in sorted(out.items())}
 
 
+# A fleet repeats a few port names on every node: each distinct name is matched once. Bounded all
+# the same (a long-running detector sees many jobs): far more names than any fleet's NIC models.
+@functools.lru_cache(maxsize=4096)
 def is_virtual_name(nic: str) -> bool:
     return bool(VIRTUAL_NAME.match(nic))
 
@@ -151,6 +157,15 @@ def link_trouble(m: dict[str, float]) -> bool:
     up = _f(m, "link_up_min")
     downed = _f(m, "link_downed_inc")
     return (np.isfinite(up) and up < 1.0) or (np.isfinite(downed) and downed > 0)
+
+
+def link_trouble_of(ms: Sequence[dict[str, float]]) -> np.ndarray:
+    """:func:`link_trouble` of every port summary of ``ms``, as one boolean array."""
+    up = np.array([_f(m, "link_up_min") for m in ms], dtype=np.float64)
+    downed = np.array([_f(m, "link_downed_inc") for m in ms], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        out: np.ndarray = (np.isfinite(up) & (up < 1.0)) | (np.isfinite(downed) & (downed > 0))
+    return out
 
 
 def classify(counters: CounterSummary) -> PortMap:
@@ -169,7 +184,7 @@ def classify(counters: CounterSummary) -> PortMap:
         # A collector that reports no speed at all (the field is optional) says nothing by
         # omission; otherwise a port without one is virtual, unless its name is a rail on the
         # other nodes (a link that went down may stop reporting its speed).
-        node_reports_speed = any(np.isfinite(s) for s in speeds.values())
+        node_reports_speed = any(math.isfinite(s) for s in speeds.values())
         phys: list[tuple[str, dict[str, float]]] = []
         for nic, m in ports:
             if is_virtual_name(nic):
@@ -179,12 +194,13 @@ def classify(counters: CounterSummary) -> PortMap:
                 speedless.add((node, nic))
             phys.append((nic, m))
             out.ports[(node, nic)] = Port(node, nic, FRONTEND, _f(m, "throughput_Bps"), speeds[nic])
-        tput = np.array([_f(m, "throughput_Bps") for _, m in phys])
-        ranked = np.array([(node, nic) not in speedless for nic, _ in phys], dtype=bool)
-        if (np.isfinite(tput) & ranked).any() and np.nanmax(np.where(ranked, tput, np.nan)) > 0:
-            top = float(np.nanmax(np.where(ranked, tput, np.nan)))
+        # In Python floats (a node has a few ports: numpy's per-call cost would be most of the work)
+        tput = [_f(m, "throughput_Bps") for _, m in phys]
+        ranked = [t for (nic, _), t in zip(phys, tput) if (node, nic) not in speedless and not math.isnan(t)]
+        if any(math.isfinite(t) for t in ranked) and max(ranked) > 0:
+            top = max(ranked)  # np.nanmax of the ranked ports' throughputs
             for (nic, _), t in zip(phys, tput):
-                busy[(node, nic)] = bool(np.isfinite(t) and t >= BUSY_SHARE * top)
+                busy[(node, nic)] = math.isfinite(t) and t >= BUSY_SHARE * top
         else:
             # No traffic reported on this node: the RDMA rails are the node's fastest links.
             fin = [speeds[nic] for nic, _ in phys if np.isfinite(speeds[nic])]

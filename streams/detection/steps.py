@@ -28,6 +28,7 @@ step number, never by time, so they stay whole.
 
 from __future__ import annotations
 
+import math
 from operator import itemgetter
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -37,7 +38,7 @@ import numpy as np
 from eroica.models.digest import INTERIOR, CollRows, FnRows, InFlightRows, RankRows, WindowDigest, concat_rows
 
 from .grouping import dense_ids, group_max, group_min, group_sum
-from .patterns import first_seen_ids, used_codes
+from .patterns import JobArrays, RowArrays, first_seen_ids, renumber_first_seen
 
 # A job window holds at least this many complete steps on every rank. Three is
 # the smallest sample whose median ignores one odd step (a checkpoint, a GC
@@ -71,33 +72,78 @@ def _merge_metrics(maps: Sequence[dict[str, float]]) -> dict[str, float]:
     in bursts at the end of each step, so with steps of minutes most time
     windows see it idle, and the median of the windows' means would read a
     rail as quieter than the front-end port beside it.
+
+    Worked in Python floats with numpy's own arithmetic (:func:`_np_median`,
+    :func:`_np_sum`): a job window merges thousands of entities' few values,
+    where a numpy call per key and entity was most of the cost.
     """
     if len(maps) == 1:
         return dict(maps[0])
     out: dict[str, float] = {}
-    mean_tput = np.array([m.get("throughput_Bps", np.nan) for m in maps], dtype=np.float64)
-    cv_tput = np.array([m.get("throughput_cv", np.nan) for m in maps], dtype=np.float64)
     for key in sorted({k for m in maps for k in m}):
-        vals = np.array([m.get(key, np.nan) for m in maps], dtype=np.float64)
-        fin = vals[np.isfinite(vals)]
-        if not fin.size:
+        fin = [v for v in (_as_float(m.get(key)) for m in maps) if math.isfinite(v)]
+        if not fin:
             out[key] = float("nan")
         elif key in ("throughput_Bps", "zero_share"):
-            out[key] = float(fin.mean())
+            out[key] = _np_sum(fin) / len(fin)
         elif key == "throughput_cv":
-            both = np.isfinite(mean_tput) & np.isfinite(cv_tput)
-            m1 = float(mean_tput[both].mean()) if both.any() else float("nan")
-            m2 = float((mean_tput[both] ** 2 * (1.0 + cv_tput[both] ** 2)).mean()) if both.any() else float("nan")
-            out[key] = float(np.sqrt(max(m2 - m1 * m1, 0.0)) / m1) if both.any() and m1 > 0 else float(np.median(fin))
+            out[key] = _merged_cv(maps, fin)
         elif key.endswith("_inc"):
-            out[key] = float(fin.sum())
+            out[key] = _np_sum(fin)
         elif key.endswith("_min"):
-            out[key] = float(fin.min())
+            out[key] = _np_extreme(fin, min)
         elif key == "xid" or key.endswith("_max"):
-            out[key] = float(fin.max())
+            out[key] = _np_extreme(fin, max)
         else:
-            out[key] = float(np.median(fin))
+            out[key] = _np_median(fin)
     return out
+
+
+def _as_float(v: float | None) -> float:
+    """A counter value as ``np.array([...], dtype=np.float64)`` reads it: absent or None is NaN."""
+    return float("nan") if v is None else float(v)
+
+
+# numpy adds fewer than this many values one after the other from 0.0 (its pairwise
+# summation unrolls only longer runs): below it, Python's additions are numpy's bits.
+_SEQUENTIAL_SUM = 8
+
+
+def _np_sum(values: list[float]) -> float:
+    """``float(np.array(values).sum())``: the same additions in the same order."""
+    if len(values) >= _SEQUENTIAL_SUM:
+        return float(np.array(values, dtype=np.float64).sum())
+    total = 0.0
+    for v in values:
+        total += v
+    return total
+
+
+def _np_median(values: list[float]) -> float:
+    """``float(np.median(values))`` of finite values: the middle one(s), averaged as its ``mean`` does
+    (``(0.0 + a [+ b]) / count``; equal middle values differ at most in a zero's sign, which 0.0 + removes)."""
+    s = sorted(values)
+    h = len(s) // 2
+    return (0.0 + s[h]) / 1.0 if len(s) % 2 else ((0.0 + s[h - 1]) + s[h]) / 2.0
+
+
+def _np_extreme(values: list[float], pick: Callable[[list[float]], float]) -> float:
+    """``float(np.min / np.max)`` of finite values; a zero (whose sign numpy's reduction decides) asks numpy."""
+    v = pick(values)
+    if v == 0.0:
+        arr = np.array(values, dtype=np.float64)
+        return float(arr.min() if pick is min else arr.max())
+    return v
+
+
+def _merged_cv(maps: Sequence[dict[str, float]], fin: list[float]) -> float:
+    """``throughput_cv`` over the windows: the spread of all their samples, from each window's mean and cv."""
+    mean_tput = np.array([m.get("throughput_Bps", np.nan) for m in maps], dtype=np.float64)
+    cv_tput = np.array([m.get("throughput_cv", np.nan) for m in maps], dtype=np.float64)
+    both = np.isfinite(mean_tput) & np.isfinite(cv_tput)
+    m1 = float(mean_tput[both].mean()) if both.any() else float("nan")
+    m2 = float((mean_tput[both] ** 2 * (1.0 + cv_tput[both] ** 2)).mean()) if both.any() else float("nan")
+    return float(np.sqrt(max(m2 - m1 * m1, 0.0)) / m1) if both.any() and m1 > 0 else _np_median(fin)
 
 
 def _merge_counters(digests: Sequence[WindowDigest], name: str) -> dict[Any, dict[str, float]]:
@@ -208,6 +254,11 @@ def complete_steps(d: WindowDigest, cut: int) -> dict[int, int]:
 Rows = TypeVar("Rows", FnRows, RankRows, CollRows, InFlightRows)
 
 
+def _joined_rows(parts: Sequence[Rows]) -> Rows:
+    """:func:`concat_rows` for reading only: one part is returned as it is, not copied."""
+    return parts[0] if len(parts) == 1 else concat_rows(parts)
+
+
 def _picker(idx: np.ndarray) -> Callable[[list[Any]], list[Any]]:
     """``lambda values: [values[i] for i in idx]``, built once for all the columns of a row set: a slice when the
     rows are one ascending run, else one ``itemgetter`` call per column, not a Python step per row (~3x faster;
@@ -237,15 +288,7 @@ def _take(rows: Rows, idx: np.ndarray, fields: Sequence[str] | None = None) -> R
 
 def _renumber_first_seen(codes: np.ndarray) -> np.ndarray:
     """Equal codes (non-negative) keep one id, numbered in order of first appearance in ``codes``."""
-    if not codes.size:
-        return codes
-    used, inverse = used_codes(codes, int(codes.max()) + 1)
-    first = np.full(used.size, codes.size, dtype=np.int64)
-    np.minimum.at(first, inverse, np.arange(codes.size))
-    rank = np.empty(used.size, dtype=np.int64)
-    rank[np.argsort(first)] = np.arange(used.size)
-    out: np.ndarray = rank[inverse]
-    return out
+    return renumber_first_seen(codes)[0]
 
 
 def _first_seen_ids(fn: list[str], stack: list[str], at: np.ndarray | None = None) -> np.ndarray:
@@ -254,8 +297,13 @@ def _first_seen_ids(fn: list[str], stack: list[str], at: np.ndarray | None = Non
     The strings are numbered once over the whole columns (no tuple per row, no
     copy of the rows), the pairs then renumbered among the rows ``at``.
     """
-    a, _ = first_seen_ids(fn)
-    b, stacks = first_seen_ids(stack)
+    return _pair_ids(first_seen_ids(fn), first_seen_ids(stack), at)
+
+
+def _pair_ids(fn: tuple[np.ndarray, list[str]], stack: tuple[np.ndarray, list[str]],
+              at: np.ndarray | None = None) -> np.ndarray:
+    """:func:`_first_seen_ids` from the columns' :func:`first_seen_ids`."""
+    (a, _), (b, stacks) = fn, stack
     pair = a * max(len(stacks), 1) + b
     return _renumber_first_seen(pair if at is None else pair[at])
 
@@ -271,46 +319,137 @@ def _merge_fn_edges(f: FnRows) -> FnRows:
 
 
 def _with_merged_fn_edges(f: FnRows, keep: np.ndarray, at: np.ndarray) -> FnRows:
-    """The rows ``keep`` as they are, then those of :func:`_merge_fn_edges` over the rows ``at`` (both ascending).
+    """The rows ``keep`` as they are, then those of :func:`_merge_fn_edges` over the rows ``at`` (both ascending)."""
+    return _fn_rows_merged(f, keep, at, RowArrays(f))[0]
+
+
+class _Known:
+    """Columns of a row set being built, as converting them will give (:meth:`.patterns.RowArrays.known`)."""
+
+    def __init__(self) -> None:
+        self.cols: dict[tuple[str, Any], np.ndarray] = {}
+        self.ids: dict[str, tuple[np.ndarray, list[str]]] = {}
+
+    def taken(self, src: RowArrays, idx: np.ndarray, cols: Sequence[tuple[str, Any]], ids: Sequence[str]) -> _Known:
+        """The source's columns (those it has converted) and string numberings, at the rows ``idx``."""
+        for name, dtype in cols:
+            values = src.taken(name, dtype, idx)
+            if values is not None:
+                self.cols[(name, dtype)] = values
+        for name in ids:
+            seen = src.ids_taken(name, idx)
+            if seen is not None:
+                self.ids[name] = seen
+        return self
+
+    def give(self, arrays: RowArrays) -> None:
+        for (name, dtype), values in self.cols.items():
+            arrays.known(name, dtype, values)
+        for name, (ids, distinct) in self.ids.items():
+            arrays.known_ids(name, ids, distinct)
+
+
+# The columns the detector reads as arrays (patterns, collectives, costs), which a split passes on
+# where it has converted them itself.
+_FN_READ = (("rank", np.int64), ("kind", np.int64), ("count", np.float64), ("total_ns", np.float64),
+            ("excl_ns", np.float64), ("per_step_ns", np.float64), ("p90_ns", np.float64), ("p99_ns", np.float64))
+_COLL_READ = (("rank", np.int64), ("step", np.int64), ("dur_ns", np.float64), ("bytes", np.float64),
+              ("p2p", np.bool_), ("op", np.int64))
+
+
+def _fn_rows_merged(f: FnRows, keep: np.ndarray, at: np.ndarray, src: RowArrays) -> tuple[FnRows, _Known]:
+    """:func:`_with_merged_fn_edges`, with the columns of the rows built that ``src`` (``f``'s) gives.
 
     Each column is taken once, for both sets: a merged row takes its keys
     from its first part, and its values, all recomputed, are never copied
     row by row.
     """
     if not at.size:
-        return _take(f, keep)
-    rank = np.asarray(f.rank, dtype=np.int64)[at]
-    step = np.asarray(f.step, dtype=np.int64)[at]
-    ids, n, first = dense_ids(rank, _first_seen_ids(f.fn, f.stack, at), step)
+        return _take(f, keep), _Known().taken(src, keep, _FN_READ, ("fn", "stack"))
+    rank = src.col("rank", np.int64)[at]
+    step = src.col("step", np.int64)[at]
+    ids, n, first = dense_ids(rank, _pair_ids(src.first_seen("fn"), src.first_seen("stack"), at), step)
     if n == at.size:
-        return _take(f, np.concatenate([keep, at]))
+        order = np.concatenate([keep, at])
+        return _take(f, order), _Known().taken(src, order, _FN_READ, ("fn", "stack"))
 
     def col(name: str) -> np.ndarray:
-        taken: np.ndarray = np.asarray(getattr(f, name), dtype=np.float64)[at]
+        taken: np.ndarray = src.col(name, np.float64)[at]
         return taken
 
     count = group_sum(ids, col("count"), n)
     total = group_sum(ids, col("total_ns"), n)
-    per_step = group_sum(ids, col("per_step_ns"), n).tolist()
+    excl = group_sum(ids, col("excl_ns"), n)
+    per_step = group_sum(ids, col("per_step_ns"), n)
+    median = total / np.maximum(count, 1)  # a step in two parts: its typical call is the mean call ...
+    p90 = group_max(ids, col("p90_ns"), n)  # ... its tail the worse part's
+    p99 = group_max(ids, col("p99_ns"), n)
+    per_step_list = per_step.tolist()
     merged = {
         "count": count.astype(np.int64).tolist(),
         "total_ns": total.tolist(),
-        "excl_ns": group_sum(ids, col("excl_ns"), n).tolist(),
-        "per_step_ns": per_step,
-        "low_ns": list(per_step),  # one step: its cost is its level
-        # a step in two parts: its typical call is the mean call, its tail the worse part's
-        "median_ns": (total / np.maximum(count, 1)).tolist(),
-        "p90_ns": group_max(ids, col("p90_ns"), n).tolist(),
-        "p99_ns": group_max(ids, col("p99_ns"), n).tolist(),
+        "excl_ns": excl.tolist(),
+        "per_step_ns": per_step_list,
+        "low_ns": list(per_step_list),  # one step: its cost is its level
+        "median_ns": median.tolist(),
+        "p90_ns": p90.tolist(),
+        "p99_ns": p99.tolist(),
         "steps": [1] * n,
     }
-    out = _take(f, np.concatenate([keep, at[first]]), _FN_KEYS)
+    rows = np.concatenate([keep, at[first]])
+    out = _take(f, rows, _FN_KEYS)
     pick = _picker(keep)
     for name, values in merged.items():
         mine = pick(getattr(f, name))
         mine += values
         setattr(out, name, mine)
-    return out
+    known = _Known().taken(src, rows, (("rank", np.int64), ("kind", np.int64)), ("fn", "stack"))
+    as_read = {"count": count.astype(np.int64).astype(np.float64), "total_ns": total, "excl_ns": excl,
+               "per_step_ns": per_step, "p90_ns": p90, "p99_ns": p99}
+    for name, values in as_read.items():
+        known.cols[(name, np.float64)] = np.concatenate([src.col(name, np.float64)[keep], values])
+    return out, known
+
+
+def _merge_colls(c: CollRows) -> CollRows:
+    return _merge_colls_at(c, np.arange(len(c.rank)))
+
+
+def _merge_colls_at(c: CollRows, at: np.ndarray) -> CollRows:
+    """The rows ``at`` (ascending) of ``c``, the parts of each (rank, communicator, step) summed into one."""
+    return _coll_rows_merged(c, at, RowArrays(c))[0]
+
+
+def _coll_rows_merged(c: CollRows, at: np.ndarray, src: RowArrays) -> tuple[CollRows, _Known]:
+    """:func:`_merge_colls_at`, with the columns of the rows built that ``src`` (``c``'s) gives."""
+    if not at.size:
+        return CollRows(), _Known()
+    gid = _renumber_first_seen(src.first_seen("group")[0][at])
+    rank, step = src.col("rank", np.int64)[at], src.col("step", np.int64)[at]
+    ids, n, first = dense_ids(rank, gid, step)
+    if n == at.size:
+        return _take(c, at), _Known().taken(src, at, _COLL_READ, ("group",))
+
+    def col(name: str) -> np.ndarray:
+        taken: np.ndarray = src.col(name, np.float64)[at]
+        return taken
+
+    out = _take(c, at[first], _COLL_KEYS)
+    dur = group_sum(ids, col("dur_ns"), n).astype(np.int64)
+    b = col("bytes")
+    known = np.bincount(ids, weights=np.isfinite(b).astype(float), minlength=n) > 0
+    nbytes = np.where(known, group_sum(ids, np.nan_to_num(b), n), np.nan)
+    p2p = group_max(ids, col("p2p"), n) > 0
+    op = group_max(ids, col("op"), n).astype(np.int64)
+    out.dur_ns = dur.tolist()
+    out.bytes = nbytes.tolist()
+    out.calls = group_sum(ids, col("calls"), n).astype(np.int64).tolist()
+    out.p2p = p2p.tolist()
+    out.op = op.tolist()
+    given = _Known().taken(src, at[first], (("rank", np.int64), ("step", np.int64)), ("group",))
+    given.cols.update({("dur_ns", np.int64): dur, ("dur_ns", np.float64): dur.astype(np.float64),
+                       ("bytes", np.float64): nbytes, ("p2p", np.bool_): p2p, ("op", np.int64): op})
+    return out, given
 
 
 def _merge_rank_edges(r: RankRows) -> RankRows:
@@ -328,50 +467,30 @@ def _merge_rank_edges(r: RankRows) -> RankRows:
     return out
 
 
-def _merge_colls(c: CollRows) -> CollRows:
-    return _merge_colls_at(c, np.arange(len(c.rank)))
-
-
-def _merge_colls_at(c: CollRows, at: np.ndarray) -> CollRows:
-    """The rows ``at`` (ascending) of ``c``, the parts of each (rank, communicator, step) summed into one."""
-    if not at.size:
-        return CollRows()
-    gid = _renumber_first_seen(first_seen_ids(c.group)[0][at])
-    ids, n, first = dense_ids(np.asarray(c.rank, dtype=np.int64)[at], gid, np.asarray(c.step, dtype=np.int64)[at])
-    if n == at.size:
-        return _take(c, at)
-
-    def col(name: str) -> np.ndarray:
-        taken: np.ndarray = np.asarray(getattr(c, name), dtype=np.float64)[at]
-        return taken
-
-    out = _take(c, at[first], _COLL_KEYS)
-    out.dur_ns = group_sum(ids, col("dur_ns"), n).astype(np.int64).tolist()
-    b = col("bytes")
-    known = np.bincount(ids, weights=np.isfinite(b).astype(float), minlength=n) > 0
-    out.bytes = np.where(known, group_sum(ids, np.nan_to_num(b), n), np.nan).tolist()
-    out.calls = group_sum(ids, col("calls"), n).astype(np.int64).tolist()
-    out.p2p = (group_max(ids, col("p2p"), n) > 0).tolist()
-    out.op = group_max(ids, col("op"), n).astype(np.int64).tolist()
-    return out
-
-
 def _nonempty(d: WindowDigest) -> WindowDigest | None:
     return d if d.ranks.rank or d.fns.rank or d.colls.rank else None
 
 
 def split_at_cut(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, WindowDigest]:
     """(the complete steps, the rest to carry); ``cut=None`` takes everything (end of input, hang)."""
+    done, carry, _ = split_with_arrays(d, cut)
+    return done, carry
+
+
+def split_with_arrays(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, WindowDigest, JobArrays]:
+    """:func:`split_at_cut`, and the complete steps' columns as arrays where the split converted them itself
+    (the detector reads them again: :class:`.patterns.JobArrays`)."""
     limit = np.iinfo(np.int64).max if cut is None else cut
     done = msgspec.structs.replace(d)
     carry = WindowDigest(d.job, d.start_ns, d.end_ns)
+    src = JobArrays(d)
 
     # Interior rows (each a time window's aggregate) stay as they are; build_patterns
     # weighs them. Only the parts of one edge step are summed into one row.
-    fstep = np.asarray(d.fns.step, dtype=np.int64)
+    fstep = src.fns.col("step", np.int64)
     interior = fstep == INTERIOR
     edge_done = ~interior & (fstep < limit)
-    done.fns = _with_merged_fn_edges(d.fns, np.flatnonzero(interior), np.flatnonzero(edge_done))
+    done.fns, fns_known = _fn_rows_merged(d.fns, np.flatnonzero(interior), np.flatnonzero(edge_done), src.fns)
     carry.fns = _take(d.fns, np.flatnonzero(~interior & ~edge_done))
 
     rstep = np.asarray(d.ranks.step, dtype=np.int64)
@@ -381,11 +500,14 @@ def split_at_cut(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, Window
                               _merge_rank_edges(_take(d.ranks, np.flatnonzero(edge_done)))])
     carry.ranks = _take(d.ranks, np.flatnonzero(~interior & ~edge_done))
 
-    cstep = np.asarray(d.colls.step, dtype=np.int64)
+    cstep = src.colls.col("step", np.int64)
     keep = cstep < limit
-    done.colls = _merge_colls_at(d.colls, np.flatnonzero(keep))
+    done.colls, colls_known = _coll_rows_merged(d.colls, np.flatnonzero(keep), src.colls)
     carry.colls = _take(d.colls, np.flatnonzero(~keep))
-    return done, carry
+    arrays = JobArrays(done)
+    fns_known.give(arrays.fns)
+    colls_known.give(arrays.colls)
+    return done, carry, arrays
 
 
 def assemble(pending: Sequence[WindowDigest], carry: WindowDigest | None,
@@ -399,21 +521,33 @@ def assemble(pending: Sequence[WindowDigest], carry: WindowDigest | None,
     in flight (a hang: analyse now), after :data:`MAX_STALLED_WINDOWS` without a
     new step, or after :data:`MAX_PENDING_WINDOWS` whatever the progress.
     """
+    done, rest, _ = assemble_with_arrays(pending, carry, final)
+    return done, rest
+
+
+def assemble_with_arrays(pending: Sequence[WindowDigest], carry: WindowDigest | None, final: bool = False
+                         ) -> tuple[WindowDigest | None, WindowDigest | None, JobArrays | None]:
+    """:func:`assemble`, and the job window's columns the split converted (:func:`split_with_arrays`)."""
     if not pending:
-        return None, carry
+        return None, carry, None
     parts = ([carry] if carry is not None else []) + list(pending)
-    whole = _joined(parts, pending[0].start_ns, pending[-1].end_ns)
-    hung = bool(whole.in_flight.rank)
+    start_ns, end_ns = pending[0].start_ns, pending[-1].end_ns
+    # Whether a job window is ready reads the rank rows alone: the function, collective and
+    # counter rows are joined only for a window that is (pending windows wait for their steps
+    # most of the time, and joining them on every arrival made the wait quadratic).
+    steps_only = WindowDigest(pending[0].job, start_ns, end_ns, ranks=_joined_rows([d.ranks for d in parts]))
+    hung = any(d.in_flight.rank for d in parts)
     live = live_ranks(pending)
     if (final or hung or len(pending) >= MAX_PENDING_WINDOWS
             or stalled_windows(pending, carry) >= MAX_STALLED_WINDOWS):
-        done, rest = split_at_cut(whole, None if (final or hung) else cut_of(whole, live))
-        return done, _nonempty(rest)
-    cut = cut_of(whole, live)
-    held = complete_steps(whole, cut)
+        done, rest, arrays = split_with_arrays(_joined(parts, start_ns, end_ns),
+                                               None if (final or hung) else cut_of(steps_only, live))
+        return done, _nonempty(rest), arrays
+    cut = cut_of(steps_only, live)
+    held = complete_steps(steps_only, cut)
     if live is not None:
         held = {r: n for r, n in held.items() if r in live} or held
     if not held or min(held.values()) < MIN_WINDOW_STEPS:
-        return None, carry
-    done, rest = split_at_cut(whole, cut)
-    return done, _nonempty(rest)
+        return None, carry, None
+    done, rest, arrays = split_with_arrays(_joined(parts, start_ns, end_ns), cut)
+    return done, _nonempty(rest), arrays

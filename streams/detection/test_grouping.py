@@ -90,3 +90,63 @@ def test_shared_time_order_gives_the_same_increases() -> None:
         used += order is not None
         assert _increase(ids, n, v, ts, order).tobytes() == _increase(ids, n, v, ts).tobytes()
     assert 0 < used < 500
+
+
+_AWKWARD = np.array([0.0, -0.0, 1.0, 2.0, np.inf, -np.inf, 1e308, -1e308, 3.5])
+
+
+def _awkward(rng: np.random.Generator, shape: tuple[int, ...], nan: bool) -> np.ndarray:
+    """Values with ties, zeros of both signs, infinities and sums that overflow (and NaN when asked)."""
+    pool = np.append(_AWKWARD, np.nan) if nan else _AWKWARD
+    plain = rng.normal(size=shape).round(int(rng.integers(0, 3))) * 10.0 ** int(rng.integers(0, 8))
+    out: np.ndarray = np.where(rng.random(shape) < 0.4, rng.choice(pool, shape), plain)
+    return out
+
+
+def test_group_median_is_np_median_of_each_group_to_the_bit() -> None:
+    rng = np.random.default_rng(7)
+    with np.errstate(all="ignore"):
+        for _ in range(500):
+            n, g = int(rng.integers(1, 40)), int(rng.integers(1, 6))
+            ids = rng.integers(0, g, n)
+            values = _awkward(rng, (n,), nan=True)
+            got = G.group_median(ids, values, g)
+            want = np.array([np.median(values[ids == k]) if (ids == k).any() else np.nan for k in range(g)])
+            assert got.tobytes() == want.tobytes(), (ids, values)
+
+
+def test_column_medians_are_np_median_and_leave_one_out_median_of_each_column() -> None:
+    from .robust import column_leave_one_out_medians, column_medians, leave_one_out_median
+    rng = np.random.default_rng(8)
+    with np.errstate(all="ignore"):
+        for _ in range(500):
+            block = _awkward(rng, (int(rng.integers(2, 20)), int(rng.integers(1, 6))), nan=False)
+            med, loo = column_medians(block), column_leave_one_out_medians(block)
+            for j in range(block.shape[1]):
+                assert np.float64(np.median(block[:, j])).tobytes() == med[j].tobytes(), block[:, j]
+                assert leave_one_out_median(block[:, j]).tobytes() == loo[:, j].tobytes(), block[:, j]
+
+
+def test_leave_one_out_medians_of_all_ports_at_once_are_the_scalar_ones() -> None:
+    from .links import _errors, _errors_of, _group_ids, _medians_without
+    rng = np.random.default_rng(9)
+    with np.errstate(all="ignore"):
+        for _ in range(500):
+            n = int(rng.integers(1, 14))
+            names = [str(x) for x in rng.integers(0, 4, n)]
+            values = _awkward(rng, (n,), nan=True).tolist()
+            members: dict[str, list[int]] = {}
+            for i, name in enumerate(names):
+                members.setdefault(name, []).append(i)
+
+            def peers(i: int) -> list[float]:
+                return [values[j] for j in members[names[i]] if j != i]
+
+            got = _medians_without(_group_ids(names), np.array(values), peers)
+            for i, name in enumerate(names):
+                idx = members[name]
+                want = _LeaveOneOut([values[j] for j in idx]).median_without(idx.index(i), lambda: peers(i))
+                assert np.float64(got[i]).tobytes() == np.float64(want).tobytes(), (names, values, i)
+            ms = [{f"{k}_inc": v for k, v in zip(("rx_errors", "symbol_errors", "retransmits"), row)}
+                  for row in _awkward(rng, (n, 3), nan=True).tolist()]
+            assert _errors_of(ms).tobytes() == np.array([_errors(m) for m in ms]).tobytes()
