@@ -64,6 +64,7 @@ def analyze(files: tuple[str, ...], fmt: str, window_s: float, quiet: bool) -> N
     never stop the analysis. On a terminal a progress bar shows on stderr
     (never when stderr is piped, nor with --quiet).
     """
+    from eroica.runtime.system import columnar_gc_during
     from eroica.streams.detection import analyze as run
 
     for f in files:
@@ -72,8 +73,9 @@ def analyze(files: tuple[str, ...], fmt: str, window_s: float, quiet: bool) -> N
     from .progress import track_batches
 
     tally = _Tally()
-    verdicts = list(run(track_batches(tally.watch(files), files, enabled=not quiet), int(window_s * 1e9),
-                        detected_at_ns=time.time_ns()))
+    with columnar_gc_during():
+        verdicts = list(run(track_batches(tally.watch(files), files, enabled=not quiet), int(window_s * 1e9),
+                            detected_at_ns=time.time_ns()))
     if tally.invalid and not quiet:
         click.echo(f"eroica: {tally.invalid} invalid record(s) skipped; first reasons:", err=True)
         for inv in tally.first:

@@ -11,7 +11,6 @@ with a shutdown deadline. See the package docstring for the design.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import sys
@@ -566,7 +565,7 @@ def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig |
         connect_timeout_s: float = 30.0) -> int:
     """Run one worker in this process until SIGTERM/SIGINT; returns the exit status (0 after a clean stop)."""
     from eroica.kafka.admin import BrokerError, create_topics, wait_for_broker
-    from eroica.runtime.system import free_port
+    from eroica.runtime.system import columnar_gc, free_port
 
     settings = settings or WorkerSettings.from_env()
     config = config or KafkaConfig.from_env()
@@ -585,11 +584,7 @@ def run(role: str, settings: WorkerSettings | None = None, config: KafkaConfig |
     port = settings.web_port
     if port == 0:
         port = free_port()
-    # A summariser holds a window's frames (tens of thousands of small containers): with the
-    # default thresholds the cyclic GC's full passes rescan them all, again and again, and
-    # cost up to a third of the worker's time. Young collections stay as they are.
-    gc.freeze()
-    gc.set_threshold(10_000, 20, 1_000)
+    columnar_gc()  # a summariser holds a window's frames: see runtime/system.py
     app = build_app(role, settings, config, port, broker)
     worker_obj = install(role, app, settings, config, store)
     metrics.serve(role)
