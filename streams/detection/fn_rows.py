@@ -722,9 +722,10 @@ class _StepTable:
             part, cell, own_ids = (np.empty(n, dtype=np.int64) for _ in range(3))
             own_code = np.cumsum(self.present_own)
             own_code -= 1
-            n_cells = self.ks.cells(self.slot, fid, self.key, self.part_of, code_of, own_code,
-                                    _NO_RECORDS if self.own is None else self.own, self.own is None, n_f,
-                                    values.size, part, cell, own_ids)
+            top = self.ks.cells(self.slot, fid, self.key, self.part_of, code_of, own_code,
+                                _NO_RECORDS if self.own is None else self.own, self.own is None, n_f,
+                                values.size, part, cell, own_ids)
+            n_cells = self.ks.slot_ids(cell, top, cell)  # the row keys as dense ids, in place
             self._own_ids = own_ids, int(own_code[-1]) + 1
             return part, cell, n_cells
         part = self.part_of[self.key]

@@ -467,10 +467,10 @@ def _step_keys_source(slot: np.ndarray, steps: np.ndarray, s_lo: int, width: int
 def _cells_source(slot: np.ndarray, fid: np.ndarray, key: np.ndarray, part_of: np.ndarray, code_of: np.ndarray,
                   own_code: np.ndarray, own: np.ndarray, all_own: bool, n_f: int, n_v: int, part: np.ndarray,
                   cell: np.ndarray, own_ids: np.ndarray) -> int:
-    """Per record, from its (slot, step) entry ``key``: its row step (``part_of``), its row's dense id among
-    the (slot, function, row step) rows present, in that order (the row step by its code, ``code_of``), and
-    its own (slot, step) id (``own_code``; -1 for a continuation); returns how many rows. What a gather,
-    five passes to pack the row keys and :func:`_slot_ids_source`'s two passes give, in two."""
+    """Per record, from its (slot, step) entry ``key``: its row step (``part_of``), its row's key in the table
+    of every (slot, function, row step) (the row step by its code, ``code_of``), and its own (slot, step) id
+    (``own_code``; -1 for a continuation); returns the table's size. What a gather and five passes to pack
+    the row keys give, in one; :func:`_slot_ids_source` then makes the keys dense ids, in that order."""
     n = slot.shape[0]
     top = 0  # the rows' table: up to the last row key present
     for i in range(n):
@@ -481,23 +481,14 @@ def _cells_source(slot: np.ndarray, fid: np.ndarray, key: np.ndarray, part_of: n
         if c + 1 > top:
             top = c + 1
         own_ids[i] = own_code[k] if all_own or own[i] else -1
-    occupied = np.zeros(top, dtype=np.int64)
-    for i in range(n):
-        occupied[cell[i]] = 1
-    g = 0
-    for t in range(top):
-        if occupied[t]:
-            occupied[t] = g
-            g += 1
-    for i in range(n):
-        cell[i] = occupied[cell[i]]
-    return g
+    return top
 
 
 def _slot_ids_source(slot: np.ndarray, space: int, ids: np.ndarray) -> int:
     """Dense ids of table slots (``0 <= slot < space``): each row's the number of occupied slots before its own
     (slot order), into ``ids``; returns how many slots are occupied. What :func:`.grouping._occupied_ids` gets
-    from a scatter of flags, their cumulative sum and a gather, in two passes over the rows."""
+    from a scatter of flags, their cumulative sum and a gather, in two passes over the rows. ``ids`` may be
+    ``slot`` itself (each row's slot is read before its id is written)."""
     code = np.zeros(space, dtype=np.int64)
     for i in range(slot.shape[0]):
         code[slot[i]] = 1
@@ -720,10 +711,11 @@ def _smoke(ks: Kernels) -> bool:
     ks.step_keys(slot3, np.array([5, 5, 6], dtype=i64), 5, 2, np.zeros(0, dtype=bool), True, key, present, present)
     ok = ok and key.tolist() == [0, 2, 1] and present.tolist() == [True, True, True, False]
     part, cell, own_ids = np.empty(3, dtype=i64), np.empty(3, dtype=i64), np.empty(3, dtype=i64)
-    g = ks.cells(slot3, np.array([0, 0, 1], dtype=i64), key, np.array([5, 6, 5, 6], dtype=i64),
-                 np.array([0, 1, 0, 1], dtype=i64), np.array([0, 1, 2, 2], dtype=i64), np.zeros(0, dtype=bool), True,
-                 2, 2, part, cell, own_ids)
-    ok = ok and g == 3 and part.tolist() == [5, 5, 6] and cell.tolist() == [0, 2, 1] and own_ids.tolist() == [0, 2, 1]
+    top = ks.cells(slot3, np.array([0, 0, 1], dtype=i64), key, np.array([5, 6, 5, 6], dtype=i64),
+                   np.array([0, 1, 0, 1], dtype=i64), np.array([0, 1, 2, 2], dtype=i64), np.zeros(0, dtype=bool), True,
+                   2, 2, part, cell, own_ids)
+    ok = ok and top == 5 and part.tolist() == [5, 5, 6] and cell.tolist() == [0, 4, 3] and own_ids.tolist() == [0, 2, 1]
+    ok = ok and ks.slot_ids(cell, top, cell) == 3 and cell.tolist() == [0, 2, 1]
     dest = np.empty(3, dtype=i64)  # slots 0, 1, 0 in blocks 1, 0 (starting at 1 and 0): slot 1's record first
     ks.block_dest(np.array([0, 1, 0], dtype=i64), np.array([1, 0], dtype=i64), np.array([0, 1], dtype=i64), dest)
     ok = ok and dest.tolist() == [1, 0, 2]
