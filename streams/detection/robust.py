@@ -33,24 +33,11 @@ def leave_one_out_median(values: np.ndarray) -> np.ndarray:
     """For each element, the median of the others (vectorised via sorted order).
 
     Comparing a rank with a median that includes itself understates its
-    deviation when peers are few (8 ranks of a node, 2 of a stage).
+    deviation when peers are few (8 ranks of a node, 2 of a stage). One
+    column of :func:`column_leave_one_out_medians`.
     """
     values = np.asarray(values, dtype=np.float64)
-    n = values.size
-    if n <= 1:
-        return np.full(n, np.nan)
-    order = np.argsort(values, kind="stable")
-    s = values[order]
-    m = n - 1  # size of the remaining set
-    # Median of s without position p: positions of the middle elements shift by one when p <= mid.
-    lo_idx, hi_idx = (m - 1) // 2, m // 2
-    pos = np.arange(n)
-    def pick(k: int) -> npt.NDArray[np.float64]:
-        picked: npt.NDArray[np.float64] = np.where(pos <= k, s[min(k + 1, n - 1)], s[k])  # where() of scalars: Any
-        return picked
-    med_sorted = 0.5 * (pick(lo_idx) + pick(hi_idx))
-    out = np.empty(n)
-    out[order] = med_sorted
+    out: np.ndarray = column_leave_one_out_medians(values.reshape(-1, 1))[:, 0]
     return out
 
 
@@ -72,13 +59,18 @@ def column_medians(block: np.ndarray) -> np.ndarray:
 
 
 def column_leave_one_out_medians(block: np.ndarray) -> np.ndarray:
-    """:func:`leave_one_out_median` of each column of a 2-D array, all columns by one sort (the very bits)."""
+    """For each element of a 2-D array, the median of the other elements of its column: all columns by one sort.
+
+    Sorted, each element's median of the others is one of the two middle
+    values (or their mean), chosen by whether it sat at or below them.
+    """
     n = block.shape[0]
     if n <= 1:
         return np.full(block.shape, np.nan)
     order = np.argsort(block, axis=0, kind="stable")
     s = np.take_along_axis(block, order, axis=0)
-    m = n - 1
+    m = n - 1  # size of the remaining set
+    # Median of s without position p: positions of the middle elements shift by one when p <= mid.
     lo_idx, hi_idx = (m - 1) // 2, m // 2
     pos = np.arange(n)[:, None]
 
