@@ -138,7 +138,7 @@ def estimate(jw, meta, verdicts: list | None = None) -> WindowEstimate | None:
     for r in wc.ranks.tolist():
         nodes.setdefault(layout.rank_node.get(int(r), ""), []).append(int(r))
     groups: dict[str, set[int]] = {}
-    for r, g, p2p in zip(jw.colls.rank, jw.colls.group, jw.colls.p2p):
+    for r, g, p2p in zip(jw.colls.rank.tolist(), jw.colls.group, jw.colls.p2p.tolist()):
         if g and not p2p:
             groups.setdefault(g, set()).add(int(r))
     return WindowEstimate(
@@ -249,7 +249,7 @@ def run_scenario(scale: str, seed: int, name: str, faults: list[str], pp: int, w
     elif res.scope == "link":
         groups: dict[str, set[int]] = {}
         for jw, _, _ in windows:
-            for r, g, p2p in zip(jw.colls.rank, jw.colls.group, jw.colls.p2p):
+            for r, g, p2p in zip(jw.colls.rank.tolist(), jw.colls.group, jw.colls.p2p.tolist()):
                 if g and not p2p:
                     groups.setdefault(g, set()).add(int(r))
         res.culprit, among = _ring_of(truth, tf[0], groups)

@@ -489,7 +489,7 @@ def _run(cfg: BenchConfig) -> dict[str, Any]:
         # -- sink -----------------------------------------------------------------------------
         summary_msgs = []
         for d in digests:
-            rows = window_summaries(d) if d.ranks.rank else []
+            rows = window_summaries(d) if len(d.ranks) else []
             for lo in range(0, len(rows), 2000):
                 summary_msgs.append(msgspec.msgpack.encode(rows[lo:lo + 2000]))
         verdict_msgs = [msgspec.json.encode(v) for v in verdicts]

@@ -49,4 +49,4 @@ def run_core(batches: Iterable[Batch], window_ns: int, detected_at_ns: int = 0,
              lateness_ns: int | None = None) -> Iterator[WindowResult]:
     """Every complete window of every job, in completion order (see ``analyze`` for ``lateness_ns``)."""
     for digest, verdicts in analyze_windows(batches, window_ns, detected_at_ns, lateness_ns):
-        yield WindowResult(digest, verdicts, window_summaries(digest) if digest.ranks.rank else [])
+        yield WindowResult(digest, verdicts, window_summaries(digest) if len(digest.ranks) else [])

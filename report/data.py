@@ -411,13 +411,13 @@ def from_windows(job: str, windows: Sequence[WindowResult], source: str, window_
     ranks, nodes, fns, kinds, heat, notes = _heat(
         (s for w in windows for s in w.summaries), chosen, {v.fn for v in verdicts})
     for w in windows:
-        nodes.update({int(r): n for r, n in zip(w.digest.ranks.rank, w.digest.ranks.node)})
+        nodes.update({int(r): n for r, n in zip(w.digest.ranks.rank.tolist(), w.digest.ranks.node)})
     focus = main.rank if main is not None and main.scope == "rank" else None
     known_gpu: dict[int, int] = {}
     rows = []
     for w in windows:
         known_gpu.update({int(r): int(g) for r, g in w.digest.gpu_index.items()})
-        pat = build_patterns(w.digest) if w.digest.ranks.rank else None
+        pat = build_patterns(w.digest) if len(w.digest.ranks) else None
         st = dict(zip(pat.ranks.tolist(), pat.step_time_ns.tolist())) if pat is not None else {}
         vals = [float(x) for x in st.values() if _finite(x)]
         per_rank = _window_slowdowns(w.summaries).get(w.start_ns, {})

@@ -90,7 +90,8 @@ def _canonical(d) -> bytes:
     """A digest with its rows in a fixed order (merging concatenates in source order)."""
     def rows(r):
         fields = type(r).__struct_fields__
-        return sorted(zip(*(getattr(r, f) for f in fields)), key=repr) if getattr(r, fields[0]) else []
+        cols = [getattr(r, f) for f in fields]
+        return sorted(zip(*(c.tolist() if isinstance(c, np.ndarray) else c for c in cols)), key=repr) if len(r) else []
 
     def maps(m):
         return sorted((str(k), sorted(v.items()) if isinstance(v, dict) else v) for k, v in m.items())

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from eroica.models.digest import WindowDigest, merge_digests
+from eroica.models.digest import WindowDigest, decoder, encoder, merge_digests
 from eroica.models.records import JobRecord
 from eroica.models.verdict import encode_verdict
 from eroica.streams.detection.detector import detect_step, flush_job
@@ -77,8 +77,8 @@ class JobState(msgspec.Struct, kw_only=True):
     v: int = STATE_VERSION
 
 
-_state_encoder = msgspec.msgpack.Encoder()
-_state_decoder = msgspec.msgpack.Decoder(JobState)
+_state_encoder = encoder()  # the history's digests' columns are arrays (models.digest)
+_state_decoder: msgspec.msgpack.Decoder[JobState] = decoder(JobState)
 _patterns_encoder = msgspec.msgpack.Encoder()
 
 
@@ -341,7 +341,7 @@ class DetectorCore:
         # a digest built from records, or from continuations alone (every rank of a source
         # inside one span longer than the window: it reports 0 records received, like a
         # source's empty progress digest, but carries rows batch analyses too)
-        parts = [d for _src, (n, d) in sorted(p.digests.items()) if n > 0 or d.fns.rank]
+        parts = [d for _src, (n, d) in sorted(p.digests.items()) if n > 0 or len(d.fns)]
         if not parts:
             self.stats.empty_windows += 1
             return []

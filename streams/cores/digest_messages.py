@@ -27,7 +27,7 @@ from typing import Union
 
 import msgspec
 
-from eroica.models.digest import DIGEST_VERSION, WindowDigest
+from eroica.models.digest import DIGEST_VERSION, WindowDigest, decoder, encoder
 from eroica.models.limits import MAX_MESSAGE_BYTES, LimitError, check_msgpack, failure_reason
 from eroica.models.records import JobRecord
 
@@ -71,8 +71,8 @@ class EndMsg(msgspec.Struct, tag="end", kw_only=True):
 
 SummaryMsg = Union[DigestMsg, ProgressMsg, JobMsg, EndMsg]
 
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(SummaryMsg)
+_encoder = encoder()  # digests' columns are arrays (models.digest)
+_decoder: msgspec.msgpack.Decoder[SummaryMsg] = decoder(SummaryMsg)
 
 
 class MessageError(ValueError):

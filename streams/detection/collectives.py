@@ -100,8 +100,8 @@ def summarise_collectives(fn: Columns) -> CollRows:
         names[unnamed] = np.array([f"*{COLLECTIVE_OPS[o] if o >= 0 else 'collective'}" for o in op_first[unnamed]],
                                   dtype=object)
     return CollRows(
-        rank=rank[first].tolist(), group=names.tolist(), step=step[first].tolist(),
-        dur_ns=dur.tolist(), bytes=b.tolist(), calls=calls.tolist(), p2p=p2p.tolist(), op=op_max.tolist(),
+        rank=rank[first], group=names.tolist(), step=step[first],
+        dur_ns=dur, bytes=b, calls=calls, p2p=p2p, op=op_max,
     )
 
 
@@ -158,7 +158,7 @@ def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, st
     """
     c = d.colls
     n_r = ranks.size
-    if not c.rank:
+    if not len(c):
         return CollectiveStats(ranks, np.zeros(n_r), np.zeros(n_r), [])
     cc = JobArrays.of(d, arrays).colls
     rank = cc.col("rank", np.int64)

@@ -161,7 +161,7 @@ def wait_matrix(d: WindowDigest, ranks: np.ndarray, arrays: JobArrays | None = N
     """
     c = d.colls
     n_r = ranks.size
-    if not c.rank or n_r == 0:
+    if not len(c) or n_r == 0:
         return np.zeros(0, np.int64), np.zeros((n_r, 0), np.int64)
     cc = JobArrays.of(d, arrays).colls
     rank = cc.col("rank", np.int64)
@@ -198,7 +198,7 @@ def copy_ns_per_step(d: WindowDigest, ranks: np.ndarray, arrays: JobArrays | Non
     f, r = d.fns, d.ranks
     n_r = ranks.size
     out = np.full(n_r, np.nan)
-    if not f.rank or not r.rank or n_r == 0:
+    if not len(f) or not len(r) or n_r == 0:
         return out
     cols = JobArrays.of(d, arrays)
     kind = cols.fns.col("kind", np.int64)
@@ -256,7 +256,7 @@ def paced_transfers(d: WindowDigest, ranks: np.ndarray, steps: np.ndarray, pacer
     """
     c = d.colls
     n_r = ranks.size
-    if not c.rank or not pacer.any():
+    if not len(c) or not pacer.any():
         return []
     cc = JobArrays.of(d, arrays).colls
     rank = cc.col("rank", np.int64)
@@ -316,7 +316,7 @@ def paced_transfers(d: WindowDigest, ranks: np.ndarray, steps: np.ndarray, pacer
 def mean_step_ns(d: WindowDigest, ranks: np.ndarray, arrays: JobArrays | None = None) -> float:
     """Mean step time: per rank, first start to last end of its rows over its steps; median over ranks."""
     r = d.ranks
-    if not r.rank:
+    if not len(r):
         return float("nan")
     rc = JobArrays.of(d, arrays).ranks
     rr = rc.col("rank", np.int64)

@@ -120,7 +120,7 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
     layout = infer_layout(d, meta)
     findings: list[Finding] = []
     arrays = JobArrays.of(d, arrays)
-    p = build_patterns(d, arrays) if d.ranks.rank else None
+    p = build_patterns(d, arrays) if len(d.ranks) else None
     step_ns = float(np.nanmedian(p.step_time_ns)) if p is not None and p.ranks.size else float("nan")
     findings += hang_findings(d, step_ns, layout.rank_node)
     enough = p is not None and bool(np.median(p.steps) >= MIN_STEPS) and step_ns > 0
@@ -352,8 +352,8 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: b
 
 def _first_step(d: WindowDigest) -> int | None:
     """The smallest step a job window holds (every rank's first step in a time window is an edge row)."""
-    edges = [s for s in d.ranks.step if s != INTERIOR]
-    return min(edges) if edges else None
+    edges = d.ranks.step[d.ranks.step != INTERIOR]
+    return int(edges.min()) if edges.size else None
 
 
 # --- compute, copy, loader and host functions: the peer test -----------------

@@ -51,7 +51,7 @@ from .intervals import _AXIS_LIMIT, covered, exclusive_time, exclusive_time_on_a
 # By its installed name, whatever name this module was imported by: numba's cache records the module
 # name of a kernel's globals and imports it by that name when it loads the kernel (in any process).
 from eroica.streams.detection.kernels import SCATTER_DTYPES, Kernels, worth_it
-from .patterns import HOST_LEVEL, LOW_Q, _LEVEL_OF_KIND_16, _host_levels, _in_flight_rows, _int_objects, _own_duration
+from .patterns import HOST_LEVEL, LOW_Q, _LEVEL_OF_KIND_16, _host_levels, _in_flight_rows, _own_duration
 
 # Records per block of ranks (whole ranks: a block may hold more).
 _BLOCK_RECORDS = 1 << 16
@@ -273,10 +273,10 @@ def _merged_codes(own: np.ndarray, own_vocab: list[str], later: np.ndarray,
     return out[0], out[1], list(table)
 
 
-def _joined(columns: list[np.ndarray]) -> list[Any]:
-    """The blocks' values of one column as one list (one conversion, not one per block)."""
-    out: list[Any] = (columns[0] if len(columns) == 1 else np.concatenate(columns)).tolist()
-    return out
+def _joined(columns: list[np.ndarray]) -> Any:
+    """The blocks' values of one column as one column: an array of numbers, or a list of strings."""
+    out = columns[0] if len(columns) == 1 else np.concatenate(columns)
+    return out.tolist() if out.dtype == object else out
 
 
 def _row_sorted(ids: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -505,7 +505,7 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
 
     fn_vocab, stack_vocab = np.asarray(vocab["fn"], dtype=object), np.asarray(vocab["stack"], dtype=object)
     fn_cols = {
-        "rank": _int_objects(a["rank"], slot, n_r)[slot[rows]], "fn": fn_vocab[a["fn"][rows]],
+        "rank": a["rank"][rows], "fn": fn_vocab[a["fn"][rows]],
         "stack": stack_vocab[a["stack"][rows]] if len(stack_vocab) else np.full(rows.size, "", dtype=object),
         "kind": kinds[rows], "count": count, "total_ns": total, "excl_ns": excl_sum, "median_ns": q[0],
         "p90_ns": q[1], "p99_ns": q[2], "per_step_ns": per_step, "step": part[rows], "steps": fn_steps, "low_ns": low,

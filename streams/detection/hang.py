@@ -29,7 +29,7 @@ _SPECIFIC = ("kernel", "memcpy", "dataloader", "io")
 
 def hang_findings(d: WindowDigest, step_ns: float, rank_node: dict[int, str]) -> list[Finding]:
     inf = d.in_flight
-    if not inf.rank:
+    if not len(inf):
         return []
     limit = HANG_STEPS * step_ns if np.isfinite(step_ns) and step_ns > 0 else HANG_FLOOR_NS
     durs = np.asarray(inf.dur_ns, dtype=np.int64)
@@ -41,7 +41,7 @@ def hang_findings(d: WindowDigest, step_ns: float, rank_node: dict[int, str]) ->
     durs = durs[sel]
     fns = [inf.fn[i] for i in sel]
     waiting = set(ranks[kinds == K_COLL].tolist())
-    all_ranks = set(d.ranks.rank) | set(inf.rank) | set(inf.last_rank)
+    all_ranks = set(d.ranks.rank.tolist()) | set(inf.rank.tolist()) | set(inf.last_rank.tolist())
     culprits: dict[int, tuple[str, str, float]] = {}
     best: dict[int, tuple[float, bool, str]] = {}
     for i in np.flatnonzero(kinds != K_COLL):
@@ -58,7 +58,7 @@ def hang_findings(d: WindowDigest, step_ns: float, rank_node: dict[int, str]) ->
     if not culprits and waiting:
         missing = sorted(all_ranks - waiting)
         if 0 < len(missing) <= max(1, len(all_ranks) // 2):
-            last = {r: (f, k) for r, f, k in zip(inf.last_rank, inf.last_fn, inf.last_kind)}
+            last = {r: (f, k) for r, f, k in zip(inf.last_rank.tolist(), inf.last_fn, inf.last_kind.tolist())}
             for r in missing:
                 name, kind = last.get(r, ("", FN_KINDS.index("other")))
                 culprits[r] = (name, FN_KINDS[int(kind)], float("nan"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from eroica.models.digest import WindowDigest
+from eroica.models.digest import WindowDigest, decoder, encoder
 
 
 class PauseRecord(msgspec.Struct, array_like=True):
@@ -51,8 +51,8 @@ class JobHistory(msgspec.Struct):
     bus_reference: dict[str, list[float]] = {}
 
 
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(JobHistory)
+_encoder: msgspec.msgpack.Encoder = encoder()  # the pending digests' columns are arrays (models.digest)
+_decoder: msgspec.msgpack.Decoder[JobHistory] = decoder(JobHistory)
 
 
 def encode_history(h: JobHistory) -> bytes:

@@ -117,10 +117,11 @@ def stages_from_communicators(colls: CollRows, ranks: list[int]) -> dict[int, in
     the partition is used to compare). Stages smaller than :data:`MIN_INFERRED_STAGE`
     are not inferred.
     """
-    if not colls.rank:
+    if not len(colls):
         return {}
     members: dict[tuple[bool, str], set[int]] = {}
-    for r, g, p2p in zip(colls.rank, colls.group, colls.p2p or [False] * len(colls.rank)):
+    p2ps = colls.p2p.tolist() if len(colls.p2p) == len(colls) else [False] * len(colls)
+    for r, g, p2p in zip(colls.rank.tolist(), colls.group, p2ps):
         if g:
             members.setdefault((bool(p2p), g), set()).add(int(r))
     chains = _Sets()
@@ -149,7 +150,7 @@ def stages_from_communicators(colls: CollRows, ranks: list[int]) -> dict[int, in
 
 
 def infer_layout(d: WindowDigest, meta: JobRecord | None) -> Layout:
-    rank_node: dict[int, str] = dict(zip(d.ranks.rank, d.ranks.node))
+    rank_node: dict[int, str] = dict(zip(d.ranks.rank.tolist(), d.ranks.node))
     rank_stage: dict[int, int] = {}
     rank_role: dict[int, str] = {}
     if meta is not None:
@@ -160,5 +161,5 @@ def infer_layout(d: WindowDigest, meta: JobRecord | None) -> Layout:
         rank_role = ({i: str(r) for i, r in enumerate(meta.rank_roles)} if meta.rank_roles
                      else _tp_positions(meta))
     if not rank_stage:
-        rank_stage = stages_from_communicators(d.colls, sorted(set(d.ranks.rank) | set(d.fns.rank)))
+        rank_stage = stages_from_communicators(d.colls, sorted(set(d.ranks.rank.tolist()) | set(d.fns.rank.tolist())))
     return Layout(rank_node, rank_stage, rank_role, bool(meta is not None and meta.rank_roles))

@@ -135,14 +135,6 @@ def _own_duration(kinds: np.ndarray) -> np.ndarray:
     return np.isin(kinds, _OWN_DURATION_KINDS)
 
 
-def _int_objects(values: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
-    """Per dense id, its (shared) value as a Python int in an object array: lists of many repeated ints then cost
-    a gather, not an int object per row."""
-    per_id = np.zeros(n, dtype=np.int64)
-    per_id[ids] = values
-    return np.array(per_id.tolist(), dtype=object)
-
-
 def _in_flight_rows(fn: Columns) -> InFlightRows:
     a = fn.arrays
     inf = a["in_flight"]
@@ -159,9 +151,9 @@ def _in_flight_rows(fn: Columns) -> InFlightRows:
     order = done[np.lexsort((name_order[a["fn"][done]], a["ts_ns"][done], end, a["rank"][done]))]
     last = order[np.r_[a["rank"][order][1:] != a["rank"][order][:-1], True]] if order.size else order
     return InFlightRows(
-        rank=a["rank"][rows].tolist(), fn=vocab[a["fn"][rows]].tolist(), kind=a["kind"][rows].tolist(),
-        ts_ns=a["ts_ns"][rows].tolist(), dur_ns=a["dur_ns"][rows].tolist(),
-        last_rank=a["rank"][last].tolist(), last_fn=vocab[a["fn"][last]].tolist(), last_kind=a["kind"][last].tolist(),
+        rank=a["rank"][rows], fn=vocab[a["fn"][rows]].tolist(), kind=a["kind"][rows],
+        ts_ns=a["ts_ns"][rows], dur_ns=a["dur_ns"][rows],
+        last_rank=a["rank"][last], last_fn=vocab[a["fn"][last]].tolist(), last_kind=a["kind"][last],
     )
 
 
@@ -177,14 +169,13 @@ def first_seen_ids(values: list[str]) -> tuple[np.ndarray, list[str]]:
 
 
 class RowArrays:
-    """One row set of a job window (its ``FnRows``, ``CollRows`` or ``RankRows``) as numpy columns, each
-    converted once.
+    """One row set of a job window (its ``FnRows``, ``CollRows`` or ``RankRows``) as numpy columns of the dtypes
+    its tests read, each converted once, and its string columns numbered once.
 
-    The rows are Python lists (the digest's wire form), and several tests read
-    the same columns (patterns, collectives, costs): for a window of a
-    thousand ranks the conversions were a large share of the analysis. A
-    window is never changed while it is analysed, so the arrays are shared,
-    read-only (numpy refuses a write).
+    Several tests read the same columns (patterns, collectives, costs), some
+    in another dtype than the rows hold (counts as floats). A window is never
+    changed while it is analysed, so the arrays are shared, read-only (numpy
+    refuses a write): views, so the rows' own arrays stay as they are.
     """
 
     __slots__ = ("rows", "_arrays", "_ids")
@@ -199,7 +190,7 @@ class RowArrays:
         key = (name, np.dtype(dtype))
         out = self._arrays.get(key)
         if out is None:
-            out = np.asarray(getattr(self.rows, name), dtype=key[1])
+            out = np.asarray(getattr(self.rows, name), dtype=key[1]).view()
             out.flags.writeable = False
             self._arrays[key] = out
         return out

@@ -189,7 +189,7 @@ def _joined(parts: Sequence[WindowDigest], start_ns: int, end_ns: int) -> Window
 def latest_steps(d: WindowDigest) -> dict[int, int]:
     """Each rank's latest step seen."""
     out: dict[int, int] = {}
-    for r, s in zip(d.ranks.rank, d.ranks.step):
+    for r, s in zip(d.ranks.rank.tolist(), d.ranks.step.tolist()):
         if s > out.get(r, -1):
             out[r] = s
     return out
@@ -212,15 +212,15 @@ def live_ranks(pending: Sequence[WindowDigest]) -> set[int] | None:
     """
     if len(pending) < LIVE_WINDOWS:
         return None
-    return {r for d in pending[-LIVE_WINDOWS:] for r in d.ranks.rank}
+    return {r for d in pending[-LIVE_WINDOWS:] for r in d.ranks.rank.tolist()}
 
 
 def _last_started(d: WindowDigest | None) -> int:
     """The latest step any rank started in ``d`` (its edge rows name it), -1 without one."""
     if d is None:
         return -1
-    steps = [s for s in d.ranks.step if s != INTERIOR]
-    return max(steps) if steps else -1
+    steps = d.ranks.step[d.ranks.step != INTERIOR]
+    return int(steps.max()) if steps.size else -1
 
 
 def stalled_windows(pending: Sequence[WindowDigest], carry: WindowDigest | None) -> int:
@@ -239,7 +239,7 @@ def complete_steps(d: WindowDigest, cut: int) -> dict[int, int]:
     """Per rank: complete steps held (interior steps + distinct edge steps below the cut)."""
     out: dict[int, int] = {}
     edge: set[tuple[int, int]] = set()
-    for r, s, n in zip(d.ranks.rank, d.ranks.step, d.ranks.steps):
+    for r, s, n in zip(d.ranks.rank.tolist(), d.ranks.step.tolist(), d.ranks.steps.tolist()):
         if s == INTERIOR:
             out[r] = out.get(r, 0) + n
         elif s < cut:
@@ -259,24 +259,32 @@ def _joined_rows(parts: Sequence[Rows]) -> Rows:
     return parts[0] if len(parts) == 1 else concat_rows(parts)
 
 
-def _picker(idx: np.ndarray) -> Callable[[list[Any]], list[Any]]:
-    """``lambda values: [values[i] for i in idx]``, built once for all the columns of a row set: a slice when the
-    rows are one ascending run, else one ``itemgetter`` call per column, not a Python step per row (~3x faster;
-    the values are Python objects spread over the heap, so each row of each column still costs a memory access)."""
+def _picker(idx: np.ndarray) -> Callable[[Any], Any]:
+    """``values[idx]`` for a numeric column (an array) and ``[values[i] for i in idx]`` for a string one (a list),
+    built once for all the columns of a row set: a slice when the rows are one ascending run, else one
+    ``itemgetter`` call per string column, not a Python step per row (~3x faster)."""
     n = idx.size
     if n == 0:
-        return lambda values: []
+        return lambda values: values[:0]
     lo = int(idx[0])
     if int(idx[-1]) - lo + 1 == n and bool((np.diff(idx) == 1).all()):
-        def run(values: list[Any]) -> list[Any]:
+        def run(values: Any) -> Any:
             if len(values) < lo + n:  # a short column fails as indexing it would, never silently shorter
                 raise IndexError(f"rows {lo}..{lo + n - 1} of a column of {len(values)}")
-            return values[lo:lo + n]
+            # a copy of an array too, as of a list: a view would keep the whole source alive in what is carried
+            return values[lo:lo + n].copy()
         return run
-    if n == 1:
-        return lambda values: [values[lo]]
-    get = itemgetter(*idx.tolist())
-    return lambda values: list(get(values))
+    getters: list[Callable[[Any], Any]] = []  # built for the first string column, if any
+
+    def pick(values: Any) -> Any:
+        if isinstance(values, np.ndarray):
+            return values[idx]
+        if n == 1:
+            return [values[lo]]
+        if not getters:
+            getters.append(itemgetter(*idx.tolist()))
+        return list(getters[0](values))
+    return pick
 
 
 def _take(rows: Rows, idx: np.ndarray, fields: Sequence[str] | None = None) -> Rows:
@@ -315,7 +323,7 @@ _COLL_KEYS = ("rank", "group", "step")
 
 def _merge_fn_edges(f: FnRows) -> FnRows:
     """Sum the parts of each (rank, function, edge step) into one row."""
-    return _with_merged_fn_edges(f, np.zeros(0, dtype=np.intp), np.arange(len(f.rank)))
+    return _with_merged_fn_edges(f, np.zeros(0, dtype=np.intp), np.arange(len(f)))
 
 
 def _with_merged_fn_edges(f: FnRows, keep: np.ndarray, at: np.ndarray) -> FnRows:
@@ -384,25 +392,22 @@ def _fn_rows_merged(f: FnRows, keep: np.ndarray, at: np.ndarray, src: RowArrays)
     median = total / np.maximum(count, 1)  # a step in two parts: its typical call is the mean call ...
     p90 = group_max(ids, col("p90_ns"), n)  # ... its tail the worse part's
     p99 = group_max(ids, col("p99_ns"), n)
-    per_step_list = per_step.tolist()
     merged = {
-        "count": count.astype(np.int64).tolist(),
-        "total_ns": total.tolist(),
-        "excl_ns": excl.tolist(),
-        "per_step_ns": per_step_list,
-        "low_ns": list(per_step_list),  # one step: its cost is its level
-        "median_ns": median.tolist(),
-        "p90_ns": p90.tolist(),
-        "p99_ns": p99.tolist(),
-        "steps": [1] * n,
+        "count": count.astype(np.int64),
+        "total_ns": total,
+        "excl_ns": excl,
+        "per_step_ns": per_step,
+        "low_ns": per_step,  # one step: its cost is its level
+        "median_ns": median,
+        "p90_ns": p90,
+        "p99_ns": p99,
+        "steps": np.ones(n, dtype=np.int64),
     }
     rows = np.concatenate([keep, at[first]])
     out = _take(f, rows, _FN_KEYS)
-    pick = _picker(keep)
     for name, values in merged.items():
-        mine = pick(getattr(f, name))
-        mine += values
-        setattr(out, name, mine)
+        mine = getattr(f, name)
+        setattr(out, name, np.concatenate([mine[keep], values.astype(mine.dtype, copy=False)]))
     known = _Known().taken(src, rows, (("rank", np.int64), ("kind", np.int64)), ("fn", "stack"))
     as_read = {"count": count.astype(np.int64).astype(np.float64), "total_ns": total, "excl_ns": excl,
                "per_step_ns": per_step, "p90_ns": p90, "p99_ns": p99}
@@ -412,7 +417,7 @@ def _fn_rows_merged(f: FnRows, keep: np.ndarray, at: np.ndarray, src: RowArrays)
 
 
 def _merge_colls(c: CollRows) -> CollRows:
-    return _merge_colls_at(c, np.arange(len(c.rank)))
+    return _merge_colls_at(c, np.arange(len(c)))
 
 
 def _merge_colls_at(c: CollRows, at: np.ndarray) -> CollRows:
@@ -441,11 +446,11 @@ def _coll_rows_merged(c: CollRows, at: np.ndarray, src: RowArrays) -> tuple[Coll
     nbytes = np.where(known, group_sum(ids, np.nan_to_num(b), n), np.nan)
     p2p = group_max(ids, col("p2p"), n) > 0
     op = group_max(ids, col("op"), n).astype(np.int64)
-    out.dur_ns = dur.tolist()
-    out.bytes = nbytes.tolist()
-    out.calls = group_sum(ids, col("calls"), n).astype(np.int64).tolist()
-    out.p2p = p2p.tolist()
-    out.op = op.tolist()
+    out.dur_ns = dur
+    out.bytes = nbytes.astype(np.float64, copy=False)
+    out.calls = group_sum(ids, col("calls"), n).astype(np.int64)
+    out.p2p = p2p
+    out.op = op
     given = _Known().taken(src, at[first], (("rank", np.int64), ("step", np.int64)), ("group",))
     given.cols.update({("dur_ns", np.int64): dur, ("dur_ns", np.float64): dur.astype(np.float64),
                        ("bytes", np.float64): nbytes, ("p2p", np.bool_): p2p, ("op", np.int64): op})
@@ -453,22 +458,22 @@ def _coll_rows_merged(c: CollRows, at: np.ndarray, src: RowArrays) -> tuple[Coll
 
 
 def _merge_rank_edges(r: RankRows) -> RankRows:
-    if not r.rank:
+    if not len(r):
         return r
-    ids, n, first = dense_ids(np.asarray(r.rank), np.asarray(r.step))
-    if n == len(r.rank):
+    ids, n, first = dense_ids(r.rank, r.step)
+    if n == len(r):
         return r
-    lo = group_min(ids, np.asarray(r.start_ns, dtype=np.float64), n).astype(np.int64)
-    hi = group_max(ids, np.asarray(r.end_ns, dtype=np.float64), n).astype(np.int64)
+    lo = group_min(ids, r.start_ns.astype(np.float64), n).astype(np.int64)
+    hi = group_max(ids, r.end_ns.astype(np.float64), n).astype(np.int64)
     out = _take(r, first)
-    out.start_ns, out.end_ns = lo.tolist(), hi.tolist()
-    out.step_time_ns = (hi - lo).astype(np.float64).tolist()
-    out.steps = [1] * n
+    out.start_ns, out.end_ns = lo, hi
+    out.step_time_ns = (hi - lo).astype(np.float64)
+    out.steps = np.ones(n, dtype=np.int64)
     return out
 
 
 def _nonempty(d: WindowDigest) -> WindowDigest | None:
-    return d if d.ranks.rank or d.fns.rank or d.colls.rank else None
+    return d if len(d.ranks) or len(d.fns) or len(d.colls) else None
 
 
 def split_at_cut(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, WindowDigest]:
@@ -493,7 +498,7 @@ def split_with_arrays(d: WindowDigest, cut: int | None) -> tuple[WindowDigest, W
     done.fns, fns_known = _fn_rows_merged(d.fns, np.flatnonzero(interior), np.flatnonzero(edge_done), src.fns)
     carry.fns = _take(d.fns, np.flatnonzero(~interior & ~edge_done))
 
-    rstep = np.asarray(d.ranks.step, dtype=np.int64)
+    rstep = d.ranks.step
     interior = rstep == INTERIOR
     edge_done = ~interior & (rstep < limit)
     done.ranks = concat_rows([_take(d.ranks, np.flatnonzero(interior)),
@@ -536,7 +541,7 @@ def assemble_with_arrays(pending: Sequence[WindowDigest], carry: WindowDigest | 
     # counter rows are joined only for a window that is (pending windows wait for their steps
     # most of the time, and joining them on every arrival made the wait quadratic).
     steps_only = WindowDigest(pending[0].job, start_ns, end_ns, ranks=_joined_rows([d.ranks for d in parts]))
-    hung = any(d.in_flight.rank for d in parts)
+    hung = any(len(d.in_flight) for d in parts)
     live = live_ranks(pending)
     if (final or hung or len(pending) >= MAX_PENDING_WINDOWS
             or stalled_windows(pending, carry) >= MAX_STALLED_WINDOWS):

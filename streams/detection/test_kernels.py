@@ -13,11 +13,11 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterator
 
-import msgspec
 import numpy as np
 import pytest
 
 from eroica.models.columns import KIND_CODE
+from eroica.models.digest import encoder
 from eroica.models.records import COLLECTIVE_OPS
 from eroica.streams.detection import kernels  # the name fn_rows imports it by (numba's cache records it)
 
@@ -270,11 +270,11 @@ def test_collectives_with_and_without_kernels(ks: kernels.Kernels, case: int) ->
         used = _grouped(a["rank"][sel], a["group"][sel], a["step"][sel], a["bytes"][sel], a["dur_ns"][sel],
                         a["op"][sel]) is not None
         assert used == (sel.size >= 2) or case >= 2   # the kernel's, but for the cases meant for the numpy path
-        got = msgspec.msgpack.encode(summarise_collectives(fn))
+        got = encoder().encode(summarise_collectives(fn))
         saved = kernels._kernels
         kernels.use_kernels("numpy")
         try:
-            want = msgspec.msgpack.encode(summarise_collectives(fn))
+            want = encoder().encode(summarise_collectives(fn))
         finally:
             kernels._kernels, kernels._failed = saved, False
         assert got == want, (case, trial)

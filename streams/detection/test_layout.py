@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from eroica.models.digest import CollRows
 from eroica.streams.detection.layout import stages_from_communicators
 
 
 def _rows(groups: dict[str, tuple[bool, list[int]]]) -> CollRows:
-    c = CollRows()
+    c = SimpleNamespace(**{k: [] for k in CollRows.__struct_fields__})  # columns as lists while built
     for name, (p2p, members) in groups.items():
         for r in members:
             c.rank.append(r)
@@ -18,7 +20,7 @@ def _rows(groups: dict[str, tuple[bool, list[int]]]) -> CollRows:
             c.calls.append(1)
             c.p2p.append(p2p)
             c.op.append(4 if p2p else 0)
-    return c
+    return CollRows(**vars(c))
 
 
 def _megatron(pp: int, dp: int, embedding: bool) -> dict[str, tuple[bool, list[int]]]:

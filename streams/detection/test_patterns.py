@@ -11,13 +11,12 @@ window's end or starting past it, in-flight records.
 
 from __future__ import annotations
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 import pytest
 
 from eroica.models.columns import KIND_CODE, Columns
-from eroica.models.digest import INTERIOR, FnRows, InFlightRows, RankRows
+from eroica.models.digest import INTERIOR, FnRows, InFlightRows, RankRows, encoder
 
 from . import fn_rows
 from .counters import (_by_entity_then_value, _equal_groups, _increase, _increases, _lexsort_pair, _medians,
@@ -224,7 +223,7 @@ def _window(rng: np.random.Generator, n: int, ranks: int, sorted_ranks: bool, hu
 
 
 def _bits(rows: tuple[FnRows, RankRows, InFlightRows]) -> bytes:
-    return msgspec.msgpack.encode(rows)
+    return encoder().encode(rows)
 
 
 @pytest.mark.parametrize("case", range(8))

@@ -4,6 +4,7 @@ obvious ways give (the bits, not just the values)."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 from typing import Sequence
 
 import numpy as np
@@ -61,7 +62,7 @@ def test_counters_merged_in_python_floats_are_numpys_to_the_bit() -> None:
 def _digest(seed: int) -> WindowDigest:
     """Four ranks, interior rows and edge steps in two parts (to merge), collective rows with repeats."""
     rng = np.random.default_rng(seed)
-    f = FnRows()
+    f = SimpleNamespace(**{k: [] for k in FnRows.__struct_fields__})  # columns as lists while built
     for rank in range(4):
         for step in (INTERIOR, 3, 3, 4, 5):
             for name in ("gemm", "load", "step"):
@@ -74,7 +75,7 @@ def _digest(seed: int) -> WindowDigest:
                     col.append(float(rng.integers(0, 10**6)))
                 f.step.append(step)
                 f.steps.append(int(rng.integers(1, 4)) if step == INTERIOR else 1)
-    c = CollRows()
+    c = SimpleNamespace(**{k: [] for k in CollRows.__struct_fields__})
     for rank in range(4):
         for step in (3, 3, 4, 5):
             for group in ("dp0", "tp0", ""):
@@ -88,7 +89,7 @@ def _digest(seed: int) -> WindowDigest:
                 c.op.append(int(rng.integers(-1, 5)))
     r = RankRows(rank=[0, 1, 2, 3], node=["a", "a", "b", "b"], steps=[1] * 4, step_time_ns=[1e6] * 4,
                  step=[3] * 4, start_ns=[0] * 4, end_ns=[10**6] * 4)
-    return WindowDigest("j", 0, 10**9, ranks=r, fns=f, colls=c)
+    return WindowDigest("j", 0, 10**9, ranks=r, fns=FnRows(**vars(f)), colls=CollRows(**vars(c)))
 
 
 def test_the_arrays_a_split_hands_on_are_those_its_rows_convert_to() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from eroica.models.digest import INTERIOR, FnRows, RankRows, WindowDigest
@@ -18,14 +20,14 @@ def _digest(gemm_ms: dict[int, float]) -> WindowDigest:
     d.ranks = RankRows(rank=ranks, node=[f"n{r // 4}" for r in ranks], steps=[10] * len(ranks),
                        step_time_ns=[float(STEP)] * len(ranks), step=[INTERIOR] * len(ranks),
                        start_ns=[0] * len(ranks), end_ns=[0] * len(ranks))
-    f = FnRows()
+    f = SimpleNamespace(**{k: [] for k in FnRows.__struct_fields__})  # columns as lists while built
     for r in ranks:
         ns = gemm_ms[r] * 1e6
         for field, value in (("rank", r), ("fn", "gemm"), ("stack", ""), ("kind", 1), ("count", 10),
                              ("total_ns", 10 * ns), ("excl_ns", 10 * ns), ("median_ns", ns), ("p90_ns", ns),
                              ("p99_ns", ns), ("per_step_ns", ns), ("step", INTERIOR), ("steps", 10), ("low_ns", ns)):
             getattr(f, field).append(value)
-    d.fns = f
+    d.fns = FnRows(**vars(f))
     return d
 
 

@@ -45,12 +45,12 @@ def slowdown_vs_peers(p: Patterns, groups: Mapping[int, npt.NDArray[np.int64]]) 
 
 def window_summaries(d: WindowDigest, meta: JobRecord | None = None, p: Patterns | None = None) -> list[WindowSummary]:
     """Rows for the ``summaries`` table: every (rank, function) that ran in the window."""
-    if p is None and not d.ranks.rank:  # continuations alone: no step of any rank ran here, no call
+    if p is None and not len(d.ranks):  # continuations alone: no step of any rank ran here, no call
         return []
     p = p if p is not None else build_patterns(d)
     if not p.ranks.size:
         return []
-    node = dict(zip(d.ranks.rank, d.ranks.node))
+    node = dict(zip(d.ranks.rank.tolist(), d.ranks.node))
     slow = slowdown_vs_peers(p, infer_layout(d, meta).peer_groups(p.ranks))
     rows: list[WindowSummary] = []
     r_idx, f_idx = np.nonzero(p.count > 0)
