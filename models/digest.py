@@ -64,7 +64,7 @@ class _Rows(msgspec.Struct):
     def __post_init__(self) -> None:
         for name, dtype in self.DTYPES.items():
             v = getattr(self, name)
-            if type(v) is not np.ndarray or v.dtype != dtype:
+            if type(v) is not np.ndarray or v.dtype != dtype or v.ndim != 1:
                 setattr(self, name, _column(v, dtype, name))
 
     def __len__(self) -> int:
@@ -246,14 +246,12 @@ def enc_hook(obj: Any) -> Any:
 
 
 def dec_hook(type_: type, obj: Any) -> Any:
-    """A numeric column from its msgpack array (its dtype is set by the rows' ``__post_init__``)."""
+    """A numeric column from its msgpack array; the rows' ``__post_init__`` (:func:`_column`) checks its values
+    and sets its dtype, as for rows built from lists."""
     if type_ is np.ndarray or getattr(type_, "__origin__", None) is np.ndarray:  # Column, npt.NDArray[Any]
         if not isinstance(obj, list):
             raise TypeError(f"expected an array of numbers, got {type(obj).__name__}")
-        arr = np.asarray(obj)
-        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "biuf"):
-            raise TypeError("expected an array of numbers")
-        return arr
+        return np.asarray(obj)
     raise NotImplementedError(f"cannot decode {type_}")
 
 
