@@ -480,9 +480,11 @@ class PartitionSummariser:
         return step
 
     def _close(self, job: str, js: _Job, windows: list[JobWindow], through: int, end: bool = False) -> Step:
-        # counted as the windows were released
-        metrics.records_dropped("summariser", "repeated", self.asm.repeated_records - self.stats.repeated_records)
-        self.stats.repeated_records = self.asm.repeated_records
+        # counted per released window, as late records are counted per frame
+        repeated = sum(w.repeated for w in windows)
+        if repeated:
+            metrics.records_dropped("summariser", "repeated", repeated)
+            self.stats.repeated_records += repeated
         self.asm.close_through(job, through)
         js.closed_through = max(js.closed_through, through)
         closed_ns = js.closed_through * self.window_ns

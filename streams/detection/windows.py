@@ -37,6 +37,7 @@ class JobWindow:
     end_ns: int
     columns: dict[str, Columns]
     meta: JobRecord | None = None
+    repeated: int = 0  # copies of records delivered twice, dropped on release (see .repeats)
 
     def get(self, type_: str) -> Columns | None:
         return self.columns.get(type_)
@@ -212,9 +213,11 @@ class WindowAssembler:
         parts = self._parts.pop(key)
         self._closed[job] = max(self._closed.get(job, -1), win)
         columns = {}
+        repeated = 0
         for t, p in parts.items():
             # one copy of each record delivered twice (at-least-once producers): see .repeats
             columns[t], dropped = without_copies(concat(p))
             if t != CONT:  # continuations are derived from records already counted
-                self.repeated_records += dropped
-        return JobWindow(job, win * self.window_ns, (win + 1) * self.window_ns, columns, self._meta.get(job))
+                repeated += dropped
+        self.repeated_records += repeated
+        return JobWindow(job, win * self.window_ns, (win + 1) * self.window_ns, columns, self._meta.get(job), repeated)
