@@ -204,22 +204,11 @@ class RowArrays:
             out = self._ids[name] = (ids, distinct)
         return out
 
-    def known(self, name: str, dtype: npt.DTypeLike, values: np.ndarray) -> None:
-        """Give ``col(name, dtype)`` beforehand: ``values`` must be exactly what converting the column gives
-        (the builder of the rows had them, :func:`.steps.split_at_cut`)."""
-        values.flags.writeable = False
-        self._arrays[(name, np.dtype(dtype))] = values
-
     def known_ids(self, name: str, ids: np.ndarray, distinct: list[str]) -> None:
-        """Give ``first_seen(name)`` beforehand (as :meth:`known`)."""
+        """Give ``first_seen(name)`` beforehand: ``ids, distinct`` must be exactly what numbering the column
+        gives (the builder of the rows had them, :func:`.steps.split_at_cut`)."""
         ids.flags.writeable = False
         self._ids[name] = (ids, distinct)
-
-    def taken(self, name: str, dtype: npt.DTypeLike, idx: np.ndarray) -> np.ndarray | None:
-        """``col(name, dtype)[idx]`` when that column is converted already, else None (the rows ``idx`` of a
-        row set built from these rows then convert their own column, at the same cost)."""
-        out = self._arrays.get((name, np.dtype(dtype)))
-        return None if out is None else out[idx]
 
     def ids_taken(self, name: str, idx: np.ndarray) -> tuple[np.ndarray, list[str]] | None:
         """:func:`first_seen_ids` of the column's rows ``idx`` (in that order), from this column's, when numbered

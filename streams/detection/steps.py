@@ -332,18 +332,19 @@ def _with_merged_fn_edges(f: FnRows, keep: np.ndarray, at: np.ndarray) -> FnRows
 
 
 class _Known:
-    """Columns of a row set being built, as converting them will give (:meth:`.patterns.RowArrays.known`)."""
+    """The string columns' numberings of a row set being built, from its source's (:meth:`.patterns.RowArrays.known_ids`).
+
+    Only the strings: renumbering the source's codes at the rows taken is
+    cheaper than numbering the strings again. The numeric columns are not
+    handed on: the rows' own arrays already have their dtypes, so reading
+    them is a view (a count read as floats is one ``astype`` per job window).
+    """
 
     def __init__(self) -> None:
-        self.cols: dict[tuple[str, Any], np.ndarray] = {}
         self.ids: dict[str, tuple[np.ndarray, list[str]]] = {}
 
-    def taken(self, src: RowArrays, idx: np.ndarray, cols: Sequence[tuple[str, Any]], ids: Sequence[str]) -> _Known:
-        """The source's columns (those it has converted) and string numberings, at the rows ``idx``."""
-        for name, dtype in cols:
-            values = src.taken(name, dtype, idx)
-            if values is not None:
-                self.cols[(name, dtype)] = values
+    def taken(self, src: RowArrays, idx: np.ndarray, ids: Sequence[str]) -> _Known:
+        """The source's string numberings (those it has made), at the rows ``idx``."""
         for name in ids:
             seen = src.ids_taken(name, idx)
             if seen is not None:
@@ -351,35 +352,25 @@ class _Known:
         return self
 
     def give(self, arrays: RowArrays) -> None:
-        for (name, dtype), values in self.cols.items():
-            arrays.known(name, dtype, values)
         for name, (ids, distinct) in self.ids.items():
             arrays.known_ids(name, ids, distinct)
 
 
-# The columns the detector reads as arrays (patterns, collectives, costs), which a split passes on
-# where it has converted them itself.
-_FN_READ = (("rank", np.int64), ("kind", np.int64), ("count", np.float64), ("total_ns", np.float64),
-            ("excl_ns", np.float64), ("per_step_ns", np.float64), ("p90_ns", np.float64), ("p99_ns", np.float64))
-_COLL_READ = (("rank", np.int64), ("step", np.int64), ("dur_ns", np.float64), ("bytes", np.float64),
-              ("p2p", np.bool_), ("op", np.int64))
-
-
 def _fn_rows_merged(f: FnRows, keep: np.ndarray, at: np.ndarray, src: RowArrays) -> tuple[FnRows, _Known]:
-    """:func:`_with_merged_fn_edges`, with the columns of the rows built that ``src`` (``f``'s) gives.
+    """:func:`_with_merged_fn_edges`, with the string numberings of the rows built that ``src`` (``f``'s) gives.
 
     Each column is taken once, for both sets: a merged row takes its keys
     from its first part, and its values, all recomputed, are never copied
     row by row.
     """
     if not at.size:
-        return _take(f, keep), _Known().taken(src, keep, _FN_READ, ("fn", "stack"))
+        return _take(f, keep), _Known().taken(src, keep, ("fn", "stack"))
     rank = src.col("rank", np.int64)[at]
     step = src.col("step", np.int64)[at]
     ids, n, first = dense_ids(rank, _pair_ids(src.first_seen("fn"), src.first_seen("stack"), at), step)
     if n == at.size:
         order = np.concatenate([keep, at])
-        return _take(f, order), _Known().taken(src, order, _FN_READ, ("fn", "stack"))
+        return _take(f, order), _Known().taken(src, order, ("fn", "stack"))
 
     def col(name: str) -> np.ndarray:
         taken: np.ndarray = src.col(name, np.float64)[at]
@@ -408,12 +399,7 @@ def _fn_rows_merged(f: FnRows, keep: np.ndarray, at: np.ndarray, src: RowArrays)
     for name, values in merged.items():
         mine = getattr(f, name)
         setattr(out, name, np.concatenate([mine[keep], values.astype(mine.dtype, copy=False)]))
-    known = _Known().taken(src, rows, (("rank", np.int64), ("kind", np.int64)), ("fn", "stack"))
-    as_read = {"count": count.astype(np.int64).astype(np.float64), "total_ns": total, "excl_ns": excl,
-               "per_step_ns": per_step, "p90_ns": p90, "p99_ns": p99}
-    for name, values in as_read.items():
-        known.cols[(name, np.float64)] = np.concatenate([src.col(name, np.float64)[keep], values])
-    return out, known
+    return out, _Known().taken(src, rows, ("fn", "stack"))
 
 
 def _merge_colls(c: CollRows) -> CollRows:
@@ -426,14 +412,14 @@ def _merge_colls_at(c: CollRows, at: np.ndarray) -> CollRows:
 
 
 def _coll_rows_merged(c: CollRows, at: np.ndarray, src: RowArrays) -> tuple[CollRows, _Known]:
-    """:func:`_merge_colls_at`, with the columns of the rows built that ``src`` (``c``'s) gives."""
+    """:func:`_merge_colls_at`, with the string numberings of the rows built that ``src`` (``c``'s) gives."""
     if not at.size:
         return CollRows(), _Known()
     gid = _renumber_first_seen(src.first_seen("group")[0][at])
     rank, step = src.col("rank", np.int64)[at], src.col("step", np.int64)[at]
     ids, n, first = dense_ids(rank, gid, step)
     if n == at.size:
-        return _take(c, at), _Known().taken(src, at, _COLL_READ, ("group",))
+        return _take(c, at), _Known().taken(src, at, ("group",))
 
     def col(name: str) -> np.ndarray:
         taken: np.ndarray = src.col(name, np.float64)[at]
@@ -451,10 +437,7 @@ def _coll_rows_merged(c: CollRows, at: np.ndarray, src: RowArrays) -> tuple[Coll
     out.calls = group_sum(ids, col("calls"), n).astype(np.int64)
     out.p2p = p2p
     out.op = op
-    given = _Known().taken(src, at[first], (("rank", np.int64), ("step", np.int64)), ("group",))
-    given.cols.update({("dur_ns", np.int64): dur, ("dur_ns", np.float64): dur.astype(np.float64),
-                       ("bytes", np.float64): nbytes, ("p2p", np.bool_): p2p, ("op", np.int64): op})
-    return out, given
+    return out, _Known().taken(src, at[first], ("group",))
 
 
 def _merge_rank_edges(r: RankRows) -> RankRows:

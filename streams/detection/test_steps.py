@@ -104,4 +104,4 @@ def test_the_arrays_a_split_hands_on_are_those_its_rows_convert_to() -> None:
                 for name, (ids, distinct) in rows._ids.items():
                     want_ids, want_distinct = first_seen_ids(getattr(rows.rows, name))
                     assert ids.tobytes() == want_ids.tobytes() and distinct == want_distinct, (name, cut)
-            assert arrays.digest is done and arrays.fns._arrays and arrays.colls._arrays
+            assert arrays.digest is done and arrays.fns._ids and arrays.colls._ids
