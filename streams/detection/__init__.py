@@ -58,15 +58,21 @@ def analyze_windows(batches: Iterable[Batch], window_ns: int, detected_at_ns: in
             yield held[job]
         held[job] = result
 
+    def each(windows: list[JobWindow]) -> Iterator[tuple[WindowDigest, list[Verdict]]]:
+        # Popped, not iterated: a loop variable would keep the last window's
+        # records (a whole window's columns) alive until the next release,
+        # a third window in memory beside the one filling and the one released.
+        windows.reverse()
+        while windows:
+            yield from hold(run(windows.pop()))
+
     for batch in batches:
         for job in batch.jobs:
             asm.add_meta(job)
         for cols in batch.columns.values():
             asm.add(cols)
-        for w in asm.complete():
-            yield from hold(run(w))
-    for w in asm.flush():
-        yield from hold(run(w))
+        yield from each(asm.complete())
+    yield from each(asm.flush())
     # End of input: time windows still waiting for whole steps are analysed with
     # what they hold (the streaming detector does the same when every key has
     # ended); their verdicts go with the job's last window.
