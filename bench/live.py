@@ -18,9 +18,19 @@ N ranks, and how soon after a fault does its verdict arrive? It
 5. after the replay, waits for the pipeline to drain, counts dead letters,
    and stops the stack.
 
+Digest mode (``LiveConfig.edge_digests``, ``--edge-digests``): the replay
+child runs ``replay_digests`` instead, each node's records digested at the
+edge as ``eroica replay --edge-digests`` does and the window digests sent
+on the digests topic, paced by event time the same way. The summariser then
+reads nothing, so the records lag is not applicable: the monitor judges on
+the window digests the broker acknowledged to the replay against the
+detector's ``digests`` counter (and the detector's committed offsets against
+the replay's acknowledged digests-topic offsets), and the replay process's
+CPU is the *edge* cost (the nodes' digesting, all in one process here).
+
 Layout: measurement shaping (pure: :func:`parse_stat`, :func:`stage_cpu`,
-:func:`lag_slope`, :func:`judge`, :func:`verdict_timing`, :func:`summarise`,
-:func:`format_table`) is apart from the process I/O (:class:`Stack`,
+:func:`lag_slope`, :func:`window_floors`, :func:`count_drops`, :func:`judge`,
+:func:`verdict_timing`, :func:`summarise`, :func:`format_table`) is apart from the process I/O (:class:`Stack`,
 :class:`ReplayChild`, :class:`Monitor`, :func:`run`), so the arithmetic is
 tested without a stack.
 """
@@ -47,10 +57,12 @@ from typing import Any, Callable, Mapping, Sequence
 import msgspec
 
 from eroica.kafka.publisher import FramePublisher
+from eroica.models.reader import DEFAULT_BATCH
 from eroica.stack.local import service_role
 
 BROKERS = ("tansu", "kafka")
-STAGES = ("replay", "broker", "summariser", "detector", "sink", "supervisor", "monitor")
+# "edge": the replay process in digest mode, which does the nodes' digesting (reported as their cost).
+STAGES = ("replay", "edge", "broker", "summariser", "detector", "sink", "supervisor", "monitor")
 DEFAULT_WINDOW_S = 30.0
 _CLK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -61,7 +73,15 @@ GROWTH_LIMIT = 0.05
 SETTING_PREFIXES = ("EROICA_", "PRODUCER_", "CONSUMER_", "BROKER_")
 REPLAY_LATE_WINDOWS = 1 / 3
 # The workers' /eroica/stats counters the monitor reads (summed over a role's processes).
-COUNTERS = ("records", "late_records", "corrupt", "digests", "windows", "pending_windows", "held_messages")
+COUNTERS = ("records", "late_records", "corrupt", "digests", "windows", "pending_windows", "held_messages",
+            "late_windows")
+# Digest mode releases a reader batch when its newest record is due, so its oldest records wait the batch's
+# span of event time: batches of half a second of the job's input hold a digest back no longer than a live
+# node does (its tracer flushes every 0.5 s, producers/tracer/runtime.py DEFAULT_FLUSH_S), where the reader's
+# default 65,536 records would be ~20 s of a 64-rank job and windows would close that much late.
+DIGEST_BATCH_S = 0.5
+# lag_stats' keys about the summariser's records lag: None in digest mode, where the summariser reads nothing.
+RECORDS_LAG = ("max_records", "max_s", "mean_s", "slope_s_per_s", "end_records")
 
 
 @dataclass
@@ -85,6 +105,10 @@ class LiveConfig:
     # The replay stands in for live collectors, which declare their watermarks (frame meta "wm":
     # the tracer from its open spans, the agent from its sample times); False: guessed marks only.
     declared_watermarks: bool = True
+    # Digest mode: the replay digests each node's records at the edge (``replay_digests``, the digesters of
+    # ``eroica replay --edge-digests``); with ``declared_watermarks`` each node declares its marks as live
+    # agents and tracers do (``producers.replay.in_order_mark``).
+    edge_digests: bool = False
     ready_timeout_s: float = 240.0
     work_dir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra EROICA_* for the stack (and replay)
@@ -108,6 +132,11 @@ class LiveConfig:
 
     def fault_spec(self) -> str:
         return self.fault or f"gpu_throttle:rank={self.ranks * 2 // 3 + 1}"
+
+
+def digest_batch_records(records_per_s: float) -> int:
+    """Reader batch of a digest-mode live replay: ``DIGEST_BATCH_S`` of the job's input (at least one record)."""
+    return max(1, round(records_per_s * DIGEST_BATCH_S))
 
 
 # -- pure measurement shaping ------------------------------------------------------------------------
@@ -148,11 +177,11 @@ class Sample:
     """What the monitor saw at ``t`` seconds after the replay started (cumulative counters)."""
 
     t: float
-    published: int  # records the broker acknowledged to the replay
+    published: int  # records the broker acknowledged to the replay (digest mode: in the digests it acknowledged)
     summarised: int  # records the summariser read
     late: int  # of those, records the summariser found late (dropped from their window)
     corrupt: int
-    digests_sent: int  # window digests the summariser sent
+    digests_sent: int  # window digests the summariser sent (digest mode: the replay's, the broker acknowledged)
     digests_read: int  # digests the detector read
     windows: int  # job windows the detector analysed
     pending_windows: int
@@ -163,6 +192,7 @@ class Sample:
     rss_mb: dict[str, float]
     load1: float
     replay_done: bool = False
+    late_digests: int | None = None  # digest mode: digests the detector dropped, their window analysed (raw: None)
 
     @property
     def lag_records(self) -> int:
@@ -184,20 +214,42 @@ def lag_slope(points: Sequence[tuple[float, float]]) -> float:
     return 0.0 if var == 0 else sum((t - mt) * (v - ml) for t, v in points) / var
 
 
-def lag_stats(samples: Sequence[Sample], rate: float, window_s: float) -> dict[str, Any]:
+def window_floors(points: Sequence[tuple[float, float]], window_s: float) -> list[tuple[float, float]]:
+    """Per whole window of elapsed time, (its middle, the smallest lag seen in it).
+
+    A lag that comes in bursts (every node closes the same window at once)
+    is back at its floor between bursts when the stage keeps up, and its floor
+    rises when it falls behind; a sample caught mid-burst is no trend. The
+    last window, still open when the points end, is left out.
+    """
+    floors: dict[int, float] = {}
+    for t, v in points:
+        k = int(t // window_s)
+        floors[k] = min(v, floors.get(k, v))
+    last = int(points[-1][0] // window_s) if points else 0
+    return [((k + 0.5) * window_s, v) for k, v in sorted(floors.items()) if k < last]
+
+
+def lag_stats(samples: Sequence[Sample], rate: float, window_s: float, edge_digests: bool = False) -> dict[str, Any]:
     """The records lag (in records and in seconds of input), its peak and its trend while records flowed.
 
     The trend is fitted from the end of the first window (the stack has then
     seen a whole window) to the end of the replay: a stage that keeps up has a
     lag that comes and goes with each window's work; one that falls behind
     has a lag that grows with the time elapsed.
+
+    ``edge_digests`` (digest mode): no record goes through the summariser,
+    so the records keys are None; ``digests_trend_s_per_s`` is the digests
+    lag's trend in seconds of digest input (delivered digests per second of
+    the replay) per second, fitted on each window's floor
+    (:func:`window_floors`), which is what digest mode is judged on.
     """
     during = [s for s in samples if not s.replay_done]
     trend = [(s.t, s.lag_records / rate) for s in during if s.t >= window_s] if rate > 0 else []
     dig_trend = [(s.t, float(s.lag_digests)) for s in during if s.t >= window_s]
     raw = [s.raw_lag for s in during if s.raw_lag is not None]
     dig = [s.digests_lag for s in during if s.digests_lag is not None]
-    return {
+    stats = {
         "max_records": max((s.lag_records for s in during), default=0),
         "max_s": round(max((s.lag_records for s in during), default=0) / rate, 2) if rate > 0 else None,
         "mean_s": round(sum(s.lag_records for s in during) / len(during) / rate, 2) if during and rate > 0 else None,
@@ -211,6 +263,13 @@ def lag_stats(samples: Sequence[Sample], rate: float, window_s: float) -> dict[s
         "end_raw_offsets": samples[-1].raw_lag if samples else None,
         "end_digests_offsets": samples[-1].digests_lag if samples else None,
     }
+    if edge_digests:
+        stats.update(dict.fromkeys(RECORDS_LAG))
+        per_s = during[-1].digests_sent / during[-1].t if during and during[-1].t > 0 else 0.0
+        floors = window_floors([(s.t, s.lag_digests / per_s) for s in during if s.t >= window_s], window_s) \
+            if per_s > 0 else []
+        stats["digests_trend_s_per_s"] = round(lag_slope(floors), 4)
+    return stats
 
 
 def cpu_stats(samples: Sequence[Sample], start: Sample | None, idle: tuple[Sample, Sample] | None,
@@ -284,17 +343,25 @@ def crash_lines(log_text: str) -> list[str]:
 
 
 def judge(lag: Mapping[str, Any], drops: Mapping[str, int], drained: bool, behind_s: float,
-          window_s: float, restarts: Mapping[str, int] | None = None) -> tuple[bool, list[str]]:
+          window_s: float, restarts: Mapping[str, int] | None = None,
+          edge_digests: bool = False) -> tuple[bool, list[str]]:
     """Keeps up: nothing dropped or dead-lettered, lags that do not grow, drained at the end, replay on time,
-    and no process of the stack restarted (a crash loop is not keeping up, whatever the counters say)."""
+    and no process of the stack restarted (a crash loop is not keeping up, whatever the counters say).
+
+    Digest mode (``edge_digests``): no records lag; the detector's digests lag, in seconds of digest input,
+    must not grow by more than ``GROWTH_LIMIT`` (its per-window floor: see :func:`lag_stats`)."""
     why = [f"{name} restarted {n} times" for name, n in (restarts or {}).items() if n]
     for name, n in drops.items():
         if n:
             why.append(f"{n} {name.replace('_', ' ')}")
-    if lag["slope_s_per_s"] > GROWTH_LIMIT:
-        why.append(f"summariser lag grew {lag['slope_s_per_s']:.3f} s per s")
-    if lag["digests_slope_per_s"] > GROWTH_LIMIT * 10:  # digests come in bursts per window: a looser bound
-        why.append(f"detector lag grew {lag['digests_slope_per_s']:.2f} digests per s")
+    if edge_digests:
+        if lag["digests_trend_s_per_s"] > GROWTH_LIMIT:
+            why.append(f"detector lag grew {lag['digests_trend_s_per_s']:.3f} s of digests per s")
+    else:
+        if lag["slope_s_per_s"] > GROWTH_LIMIT:
+            why.append(f"summariser lag grew {lag['slope_s_per_s']:.3f} s per s")
+        if lag["digests_slope_per_s"] > GROWTH_LIMIT * 10:  # digests come in bursts per window: a looser bound
+            why.append(f"detector lag grew {lag['digests_slope_per_s']:.2f} digests per s")
     if not drained:
         why.append("not drained at the end")
     if behind_s > window_s * REPLAY_LATE_WINDOWS:
@@ -308,21 +375,15 @@ def summarise(samples: Sequence[Sample], *, cfg: Mapping[str, Any], input_: Mapp
               load: Mapping[str, Any]) -> dict[str, Any]:
     """The run's result document (what the table prints and the JSON holds)."""
     rate = input_["records_per_s"]
+    edge = bool(cfg.get("edge_digests"))
     start = samples[0] if samples else None
-    lag = lag_stats(samples, rate, cfg["window_s"])
+    lag = lag_stats(samples, rate, cfg["window_s"], edge)
     end = samples[-1] if samples else None
     published = int(replay.get("delivered_records") or 0)
-    drops = {
-        "records_not_delivered": int(replay.get("records", 0)) - published,
-        "records_not_summarised": (published - end.summarised) if end else published,
-        "late_records": end.late if end else 0,
-        "corrupt_messages": end.corrupt if end else 0,
-        "dead_letters": deadletters if deadletters is not None else 0,
-        "invalid_lines": int(replay.get("invalid", 0)),
-    }
+    drops = count_drops(replay, end, deadletters, edge)
     drained = drained_after_s is not None
     ok, why = judge(lag, drops, drained, float(replay.get("behind_s", 0.0)), cfg["window_s"],
-                    replay.get("restarts"))
+                    replay.get("restarts"), edge)
     crashed = sorted(replay.get("crashes") or {})  # faust restarts a crashed agent inside the process
     if crashed:
         ok = False
@@ -332,15 +393,57 @@ def summarise(samples: Sequence[Sample], *, cfg: Mapping[str, Any], input_: Mapp
     return {
         "config": dict(cfg), "input": dict(input_), "replay": dict(replay), "load": dict(load),
         "lag": lag, "drops": drops, "deadletters_counted": deadletters is not None,
-        "drained_after_s": drained_after_s, "cpu": cpu_stats(samples, start, idle, published),
+        "drained_after_s": drained_after_s, "cpu": _idle_summariser(cpu_stats(samples, start, idle, published), edge),
         "verdict": dict(timing), "score": dict(score), "keeps_up": ok and bool(timing.get("found")),
-        "why_not": why, "samples": [_sample_json(s) for s in samples],
+        "why_not": why, "samples": [_sample_json(s, edge) for s in samples],
     }
 
 
-def _sample_json(s: Sample) -> dict[str, Any]:
+def count_drops(replay: Mapping[str, Any], end: Sample | None, deadletters: int | None,
+                edge_digests: bool = False) -> dict[str, int]:
+    """What went missing, by where (each must be 0).
+
+    Raw mode: records the broker did not acknowledge, records the summariser
+    did not read, records it found late. Digest mode (the summariser reads
+    nothing): window digests the broker did not acknowledge, records in no
+    delivered digest (late at their node, or in a digest not delivered),
+    delivered digests the detector did not read, and digests it dropped
+    because their window had been analysed without them.
+    """
+    published = int(replay.get("delivered_records") or 0)
+    if edge_digests:
+        delivered = int(replay.get("delivered_digests") or 0)
+        flow = {
+            "digests_not_delivered": int(replay.get("digests", delivered)) - delivered,
+            "records_not_covered": int(replay.get("records", 0)) - published,
+            "digests_not_read": (delivered - end.digests_read) if end else delivered,
+            "late_digests": int(end.late_digests or 0) if end else 0,
+        }
+    else:
+        flow = {
+            "records_not_delivered": int(replay.get("records", 0)) - published,
+            "records_not_summarised": (published - end.summarised) if end else published,
+            "late_records": end.late if end else 0,
+        }
+    return {**flow, "corrupt_messages": end.corrupt if end else 0,
+            "dead_letters": deadletters if deadletters is not None else 0,
+            "invalid_lines": int(replay.get("invalid", 0))}
+
+
+def _idle_summariser(cpu: dict[str, dict[str, float | None]], edge_digests: bool) -> dict[str, dict[str, float | None]]:
+    """Digest mode: the summariser read no record, so it has no records per CPU-s (its CPU is idle cost)."""
+    if edge_digests:
+        for stage, c in cpu.items():
+            if service_role(stage.removesuffix(" (all)")) == "summariser":
+                c["records_per_cpu_s"] = None
+    return cpu
+
+
+def _sample_json(s: Sample, edge_digests: bool = False) -> dict[str, Any]:
     d = asdict(s)
-    d["lag_records"] = s.lag_records
+    if s.late_digests is None:
+        del d["late_digests"]  # a digest-mode counter: raw mode's samples keep the fields they had
+    d["lag_records"] = None if edge_digests else s.lag_records
     d["lag_digests"] = s.lag_digests
     d["cpu"] = {k: round(v, 2) for k, v in s.cpu.items()}
     d["rss_mb"] = {k: round(v, 1) for k, v in s.rss_mb.items()}
@@ -383,19 +486,21 @@ def format_table(result: Mapping[str, Any]) -> str:
             lines.append("  ".join("-" * w for w in widths))
     c, i, rp, lag, d, v = (result[k] for k in ("config", "input", "replay", "lag", "drops", "verdict"))
     many = f", {c['summarisers']} summarisers" if c.get("summarisers", 1) > 1 else ""
+    many += ", edge digests" if c.get("edge_digests") else ""
     head = (f"eroica bench live: {c['ranks']} ranks ({c['nodes']} x {c['gpus']}), {c['steps']} steps of "
             f"{i['step_s']:.2f} s ({i['seconds']:.0f} s, {i['seconds'] / c['window_s']:.1f} windows of "
             f"{c['window_s']:g} s), {c['broker']}{many}: {i['records']:,} records at {i['records_per_s']:,.0f}/s, "
             f"{i['bytes'] / 2**20:,.0f} MiB JSON; fault {c['fault']} at {v['onset_in_window_s']:g} s into window "
             f"{c['fault_window']}")
     foot = [
-        f"replay: {rp.get('delivered_records', 0):,} of {rp.get('records', 0):,} records delivered in "
-        f"{rp.get('seconds', 0):.0f} s, at most {rp.get('behind_s', 0):.2f} s behind real time",
-        f"lag (summariser, records): max {lag['max_records']:,} ({lag['max_s']} s of input), mean {lag['mean_s']} s, "
-        f"trend {lag['slope_s_per_s']:+.4f} s/s, at the end {lag['end_records']}; digests (detector): max "
-        f"{lag['max_digests']}, trend {lag['digests_slope_per_s']:+.3f}/s, at the end {lag['end_digests']}; "
-        f"committed offsets behind: raw max {lag['max_raw_offsets']} end {lag['end_raw_offsets']}, digests max "
-        f"{lag['max_digests_offsets']} end {lag['end_digests_offsets']}",
+        *(_digest_flow(rp, lag) if c.get("edge_digests") else [
+            f"replay: {rp.get('delivered_records', 0):,} of {rp.get('records', 0):,} records delivered in "
+            f"{rp.get('seconds', 0):.0f} s, at most {rp.get('behind_s', 0):.2f} s behind real time",
+            f"lag (summariser, records): max {lag['max_records']:,} ({lag['max_s']} s of input), mean "
+            f"{lag['mean_s']} s, trend {lag['slope_s_per_s']:+.4f} s/s, at the end {lag['end_records']}; digests "
+            f"(detector): max {lag['max_digests']}, trend {lag['digests_slope_per_s']:+.3f}/s, at the end "
+            f"{lag['end_digests']}; committed offsets behind: raw max {lag['max_raw_offsets']} end "
+            f"{lag['end_raw_offsets']}, digests max {lag['max_digests_offsets']} end {lag['end_digests_offsets']}"]),
         "drops: " + ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in d.items())
         + ("" if result["deadletters_counted"] else " (dead-letter topic not read)"),
         f"drained {result['drained_after_s']} s after the replay ended" if result["drained_after_s"] is not None
@@ -421,6 +526,22 @@ def format_table(result: Mapping[str, Any]) -> str:
                 f"{ld.get('max1')} ({os.cpu_count()} CPUs)")
     foot.append("KEEPS UP" if result["keeps_up"] else "FALLS BEHIND: " + "; ".join(result["why_not"]))
     return "\n".join([head, *lines, *foot])
+
+
+def _digest_flow(rp: Mapping[str, Any], lag: Mapping[str, Any]) -> list[str]:
+    """Digest mode's replay and lag lines: what the edge sent and what the detector read of it."""
+    return [
+        f"edge (the replay process digests every node's records, as the nodes would): "
+        f"{rp.get('delivered_digests', 0):,} of {rp.get('digests', 0):,} window digests delivered "
+        f"({rp.get('messages', 0):,} messages, {rp.get('message_bytes', 0) / 2**20:,.1f} MiB) covering "
+        f"{rp.get('delivered_records', 0):,} of {rp.get('records', 0):,} records ({rp.get('late_records', 0)} late "
+        f"at their node), in {rp.get('seconds', 0):.0f} s, at most {rp.get('behind_s', 0):.2f} s behind real time "
+        f"(batches of {rp.get('batch_records', 0):,} records)",
+        f"lag: records not applicable (the summariser reads none in digest mode); digests (detector): max "
+        f"{lag['max_digests']}, trend of its per-window floor {lag['digests_trend_s_per_s']:+.4f} s/s, at the end "
+        f"{lag['end_digests']}; committed offsets behind: digests max {lag['max_digests_offsets']} end "
+        f"{lag['end_digests_offsets']}",
+    ]
 
 
 def to_json(result: Mapping[str, Any]) -> bytes:
@@ -552,41 +673,57 @@ class Stack:
 
 
 class TrackingPublisher(FramePublisher):
-    """The replay's publisher, also keeping each raw partition's end offset from the delivery reports.
+    """The replay's publisher, also keeping each partition's end offset of the topic it feeds (``topic``: the
+    raw topic, or in digest mode the digests topic) from the delivery reports, and counting the window
+    digests delivered there.
 
     tansu misreports high watermarks, so the offsets the broker acknowledged
     to the replay are the only end offsets a lag can trust on both brokers.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, topic: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.topic = topic or self.config.raw_topic
         self.ends: dict[int, int] = {}
+        self.delivered_digests = 0
 
     def _on_delivery(self, err: Any, msg: Any, records: int = 0) -> None:
         super()._on_delivery(err, msg, records)
-        if err is None and msg.topic() == self.config.raw_topic:
+        if err is None and msg.topic() == self.topic:
             p = msg.partition()
             self.ends[p] = max(self.ends.get(p, 0), msg.offset() + 1)
+            if records and self.topic == self.config.digests_topic:
+                self.delivered_digests += 1  # the one digests-topic message that carries records (progress, end, job: none)
+
+
+# The replay child's shared counters: delivered records, failed records, delivered window digests, then
+# the end offset of each partition of the topic it feeds.
+_ENDS = 3
 
 
 def _replay_child(path: str, env: dict[str, str], offset_ns: int, shared: Any, done: Any,
-                  declare: bool = True) -> None:
-    """The replay process: publishes ``path`` paced by event time, mirrors its counts into ``shared``."""
+                  declare: bool = True, edge_digests: bool = False, batch_records: int = DEFAULT_BATCH) -> None:
+    """The replay process: publishes ``path`` paced by event time, mirrors its counts into ``shared``.
+
+    Digest mode (``edge_digests``): digests each node's records as ``eroica replay --edge-digests`` does
+    (the same digester factory), ``batch_records`` at a time (see ``DIGEST_BATCH_S``).
+    """
     os.environ.clear()
     os.environ.update(env)
     from eroica.kafka.config import KafkaConfig
-    from eroica.producers.replay import ReplayError, replay
+    from eroica.producers.replay import ReplayError, replay, replay_digests
 
     config = KafkaConfig.from_env()
-    pub = TrackingPublisher.for_replay(config)
+    pub = TrackingPublisher.for_replay(config, topic=config.digests_topic if edge_digests else None)
     stop = threading.Event()
 
     def mirror() -> None:
         shared[0] = pub.stats.delivered_records
         shared[1] = pub.stats.failed_records
+        shared[2] = pub.delivered_digests
         for p, end in list(pub.ends.items()):
-            if 2 + p < len(shared):
-                shared[2 + p] = end
+            if _ENDS + p < len(shared):
+                shared[_ENDS + p] = end
 
     def loop() -> None:
         while not stop.wait(0.2):
@@ -596,7 +733,14 @@ def _replay_child(path: str, env: dict[str, str], offset_ns: int, shared: Any, d
     t.start()
     doc: dict[str, Any] = {}
     try:
-        result = replay([path], config, publisher=pub, clock_offset_ns=offset_ns, declare_watermarks=declare)
+        if edge_digests:
+            from eroica.streams.faust.settings import edge_digester_factory
+
+            result = replay_digests([path], config, edge_digester_factory(declares=declare), publisher=pub,
+                                    clock_offset_ns=offset_ns, batch_records=batch_records,
+                                    declare_watermarks=declare)
+        else:
+            result = replay([path], config, publisher=pub, clock_offset_ns=offset_ns, declare_watermarks=declare)
     except ReplayError as exc:
         result, doc["error"] = exc.result, str(exc)
     finally:
@@ -608,7 +752,12 @@ def _replay_child(path: str, env: dict[str, str], offset_ns: int, shared: Any, d
                 "failed_records": pub.stats.failed_records, "invalid": result.invalid, "frames": result.frames,
                 "messages": result.messages, "message_bytes": result.message_bytes, "seconds": round(result.seconds, 2),
                 "behind_s": round(result.behind_s, 3), "blocked_s": round(pub.stats.blocked_s, 2),
-                "declared_watermarks": declare, "watermark_violations": result.watermark_violations})
+                "declared_watermarks": declare,
+                "watermark_violations": result.watermark_violations})
+    if edge_digests:
+        doc.update({"digests": result.digests, "delivered_digests": pub.delivered_digests,
+                    "late_records": result.late_records, "end_of_stream": result.end_of_stream,
+                    "batch_records": batch_records})
     done.put(doc)
 
 
@@ -616,12 +765,13 @@ class ReplayChild:
     """The replay in a process of its own, so its CPU is its own and the monitor's is apart."""
 
     def __init__(self, path: Path, env: Mapping[str, str], offset_ns: int, partitions: int,
-                 declare: bool = True) -> None:
+                 declare: bool = True, edge_digests: bool = False, batch_records: int = DEFAULT_BATCH) -> None:
         ctx = multiprocessing.get_context("spawn")
-        self.shared = ctx.Array("q", 2 + partitions, lock=False)
+        self.shared = ctx.Array("q", _ENDS + partitions, lock=False)
         self.done = ctx.Queue()
         self.proc = ctx.Process(target=_replay_child,
-                                args=(str(path), dict(env), offset_ns, self.shared, self.done, declare),
+                                args=(str(path), dict(env), offset_ns, self.shared, self.done, declare, edge_digests,
+                                      batch_records),
                                 name="eroica-live-replay", daemon=True)
         self.result: dict[str, Any] | None = None
 
@@ -634,8 +784,12 @@ class ReplayChild:
     def delivered(self) -> int:
         return int(self.shared[0])
 
+    @property
+    def delivered_digests(self) -> int:
+        return int(self.shared[2])
+
     def ends(self) -> dict[int, int]:
-        return {p: int(v) for p, v in enumerate(self.shared[2:]) if v}
+        return {p: int(v) for p, v in enumerate(self.shared[_ENDS:]) if v}
 
     def finished(self) -> bool:
         if self.result is None:
@@ -665,13 +819,15 @@ def _http_json(url: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
 class Monitor:
     """Samples the running stack once a second: counters, committed offsets, CPU, verdicts."""
 
-    def __init__(self, stack: Stack, kafka: Any, job: str, truth: Mapping[str, Any], broker: str) -> None:
+    def __init__(self, stack: Stack, kafka: Any, job: str, truth: Mapping[str, Any], broker: str,
+                 edge_digests: bool = False) -> None:
         from confluent_kafka import Consumer
 
         from eroica.kafka.client import consumer_conf
         from eroica.stack.query import EndpointTarget, stack_token
 
         self.stack, self.kafka, self.job, self.truth, self.broker = stack, kafka, job, truth, broker
+        self.edge = edge_digests  # digest mode: the replay feeds the digests topic, the summariser reads nothing
         self.consumers = {role: Consumer(consumer_conf(kafka, "bench-live", f"eroica-{role}"))
                           for role in ("summariser", "detector")}
         self.target = EndpointTarget(stack.state["query_endpoint"], 5.0, stack_token(stack.data_dir))
@@ -699,9 +855,12 @@ class Monitor:
         return {tp.partition: max(tp.offset, 0) for tp in tps}
 
     def _digests_end(self) -> dict[int, int] | None:
-        """The digests topic's end offsets (Apache Kafka only: tansu misreports them)."""
+        """The digests topic's end offsets (Apache Kafka only: tansu misreports them); in digest mode the
+        offsets the broker acknowledged to the replay, the topic's one producer (on both brokers)."""
         from confluent_kafka import KafkaException, TopicPartition
 
+        if self.edge and self.replay is not None:
+            return self.replay.ends()
         if self.broker == "tansu":
             return None
         out = {}
@@ -748,7 +907,7 @@ class Monitor:
         self._worker_stats()
         s, d = self.stats["summariser"], self.stats["detector"]
         raw_lag = digests_lag = None
-        if self.replay is not None:
+        if self.replay is not None and not self.edge:
             committed = self._committed("summariser", self.kafka.raw_topic)
             if committed is not None:
                 raw_lag = sum(max(0, e - committed.get(p, 0)) for p, e in self.replay.ends().items())
@@ -759,7 +918,7 @@ class Monitor:
                 digests_lag = sum(max(0, e - committed.get(p, 0)) for p, e in ends.items())
         roots = self.stack.roots()
         if self.replay is not None and self.replay.proc.pid:
-            roots["replay"] = self.replay.proc.pid
+            roots["edge" if self.edge else "replay"] = self.replay.proc.pid
         roots["monitor"] = os.getpid()
         usage = stage_cpu(proc_table(), roots)
         for stage, (cpu, _rss) in usage.items():
@@ -769,12 +928,20 @@ class Monitor:
             t=round(t, 2), published=self.replay.delivered if self.replay else 0,
             summarised=int(s.get("records", 0)), late=int(s.get("late_records", 0)),
             corrupt=int(s.get("corrupt", 0)) + int(d.get("corrupt", 0)),
-            digests_sent=int(s.get("digests", 0)), digests_read=int(d.get("digests", 0)),
+            digests_sent=self._digests_sent(s), digests_read=int(d.get("digests", 0)),
             windows=int(d.get("windows", 0)), pending_windows=int(d.get("pending_windows", 0)),
             held=int(s.get("held_messages", 0)) + int(d.get("held_messages", 0)),
             raw_lag=raw_lag, digests_lag=digests_lag,
             cpu=cpu_total, rss_mb={k: v[1] / 2**20 for k, v in usage.items()},
-            load1=_load1(), replay_done=bool(self.replay and self.replay.finished()))
+            load1=_load1(), replay_done=bool(self.replay and self.replay.finished()),
+            late_digests=int(d.get("late_windows", 0)) if self.edge else None)
+
+    def _digests_sent(self, summariser: Mapping[str, Any]) -> int:
+        """Window digests on their way to the detector: the summariser's, or in digest mode the replay's
+        that the broker acknowledged."""
+        if self.edge:
+            return self.replay.delivered_digests if self.replay else 0
+        return int(summariser.get("digests", 0))
 
     def deadletters(self) -> int:
         """The count of all dead letters on the topic, read from its start (tansu's end offsets are wrong)."""
@@ -797,10 +964,11 @@ class Monitor:
             c.close()
 
 
-def drained(s: Sample, replay_ok: bool) -> bool:
+def drained(s: Sample, replay_ok: bool, edge_digests: bool = False) -> bool:
     """Everything published was read and summarised, every digest analysed, nothing held back, and the
-    consumer groups committed it all (where the end offsets are known)."""
-    return (s.replay_done and replay_ok and s.published > 0 and s.summarised >= s.published
+    consumer groups committed it all (where the end offsets are known). Digest mode (``edge_digests``):
+    no record is summarised; every digest the replay delivered was read."""
+    return (s.replay_done and replay_ok and s.published > 0 and (edge_digests or s.summarised >= s.published)
             and s.digests_read >= s.digests_sent and s.pending_windows == 0 and s.held == 0
             and not s.raw_lag and not s.digests_lag)
 
@@ -853,7 +1021,8 @@ def run(cfg: LiveConfig) -> dict[str, Any]:
         onset_ns = int(truth["step_start_ns"][fault_step])
         nodes, gpus = cfg.layout
         conf = {"ranks": cfg.ranks, "nodes": nodes, "gpus": gpus, "steps": steps, "seed": cfg.seed,
-                "profile": cfg.profile, "broker": cfg.broker, "summarisers": cfg.summarisers, "window_s": window_s,
+                "profile": cfg.profile, "broker": cfg.broker, "summarisers": cfg.summarisers,
+                "edge_digests": cfg.edge_digests, "window_s": window_s,
                 "fault": cfg.fault_spec(),
                 "fault_step": fault_step, "fault_window": (onset_ns - truth["start_ns"]) // w_ns,
                 "job": truth["job"], "cpus": os.cpu_count(),
@@ -878,7 +1047,7 @@ def _measure(cfg: LiveConfig, stack: Stack, env: Mapping[str, str], path: Path, 
              conf: dict[str, Any], input_: dict[str, Any], onset_ns: int, w_ns: int, window_s: float, load_start: str,
              score_run: Callable[..., Any], kafka: Any) -> dict[str, Any]:
     """The replay and the sampling loop on a started stack (split from :func:`run` for its length)."""
-    monitor = Monitor(stack, kafka, truth["job"], truth, cfg.broker)
+    monitor = Monitor(stack, kafka, truth["job"], truth, cfg.broker, cfg.edge_digests)
     samples: list[Sample] = []
     child: ReplayChild | None = None
     try:
@@ -888,7 +1057,9 @@ def _measure(cfg: LiveConfig, stack: Stack, env: Mapping[str, str], path: Path, 
         # the first record is released ~2 s from now (the child needs to start and import)
         offset_ns = time.time_ns() + 2_000_000_000 - int(truth["start_ns"])
         child = ReplayChild(path, {**env, "EROICA_KAFKA_BOOTSTRAP": kafka.bootstrap}, offset_ns, kafka.partitions,
-                            declare=cfg.declared_watermarks)
+                            declare=cfg.declared_watermarks, edge_digests=cfg.edge_digests,
+                            batch_records=digest_batch_records(input_["records_per_s"]) if cfg.edge_digests
+                            else DEFAULT_BATCH)
         child.start()
         monitor.replay = child
         t0 = time.monotonic()
@@ -906,18 +1077,19 @@ def _measure(cfg: LiveConfig, stack: Stack, env: Mapping[str, str], path: Path, 
                 end_at = s.t
                 cfg.progress(f"replay done at {s.t:.0f} s: {child.result}")
             if int(s.t) % 30 == 0:
-                cfg.progress(f"t={s.t:.0f}s published {s.published:,} summarised {s.summarised:,} lag "
-                             f"{s.lag_records:,} digests {s.digests_read}/{s.digests_sent} windows {s.windows} "
-                             f"load {s.load1}")
+                flow = "" if cfg.edge_digests else f"summarised {s.summarised:,} lag {s.lag_records:,} "
+                cfg.progress(f"t={s.t:.0f}s published {s.published:,} {flow}digests {s.digests_read}/{s.digests_sent} "
+                             f"windows {s.windows} load {s.load1}")
             if stack.failed():
                 cfg.progress(f"stopping early: {', '.join(stack.failed())} failed (restart budget spent)")
                 break
             if end_at is not None:
                 ok = not (child.result or {}).get("error")
-                if drained(s, ok) and monitor.first is not None:
+                done = drained(s, ok, cfg.edge_digests)
+                if done and monitor.first is not None:
                     drained_after = round(s.t - end_at, 1)
                     break
-                if drained(s, ok) and s.t - end_at > 10:  # drained, but no verdict: give up soon
+                if done and s.t - end_at > 10:  # drained, but no verdict: give up soon
                     drained_after = round(s.t - end_at, 1)
                     break
                 if s.t - end_at > cfg.drain_s:
@@ -928,7 +1100,9 @@ def _measure(cfg: LiveConfig, stack: Stack, env: Mapping[str, str], path: Path, 
         monitor.poll_verdicts()
         dead = monitor.deadletters()
         replay_doc = dict(child.result or {"records": input_["records"] - 1, "unfinished": True,
-                                            "delivered_records": child.delivered})
+                                            "delivered_records": child.delivered,
+                                            **({"delivered_digests": child.delivered_digests} if cfg.edge_digests
+                                               else {})})
         replay_doc["restarts"] = stack.restarts()
         replay_doc["failed"] = stack.failed()
         replay_doc["crashes"] = stack.crash_reasons()

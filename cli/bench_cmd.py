@@ -267,10 +267,17 @@ def edge(nodes: int, gpus: int, steps: int | None, profile: str, seed: int, faul
               help="Keep the stack's logs here (default: a temporary directory, removed; the input is always removed).")
 @click.option("--declared-watermarks/--guessed-watermarks", default=True, show_default=True,
               help="Frames declare their stream's watermark as live collectors do (windows close 5 s after it), "
-                   "or carry none (windows close one lateness after the guessed marks).")
+                   "or carry none (windows close one lateness after the guessed marks). With --edge-digests each "
+                   "node declares its mark with each batch, as a live agent or tracer does.")
+@click.option("--edge-digests/--raw", "edge_digests", default=False, show_default=True,
+              help="Digest mode: the replay digests each node's records at the edge as `eroica replay "
+                   "--edge-digests` does (its digesters guess their marks) and sends window digests, which the "
+                   "detector reads directly; the summariser reads nothing. Judged on digests delivered against "
+                   "digests read; the replay process's CPU is reported as the edge (the nodes') cost. "
+                   "Default: raw frames through the summariser.")
 def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: float | None, fault: str | None,
          fault_at: float, profile: str, seed: int, broker: str, drain_s: float, fmt: str, json_path: str | None,
-         work_dir: str | None, declared_watermarks: bool, summarisers: int) -> None:
+         work_dir: str | None, declared_watermarks: bool, summarisers: int, edge_digests: bool) -> None:
     """A simulated job replayed at its real event rate through `eroica up`: does the stack keep up?
 
     \b
@@ -281,6 +288,8 @@ def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: fl
     sink, supervisor, the replay itself), and the verdicts in ClickHouse.
     Reports drops and dead letters (must be 0), the fault-to-verdict delay in
     seconds and windows, and whether the stack keeps up (exit 1 when not).
+    With --edge-digests the nodes' digests are sent instead of raw frames (digest
+    mode): the lag is window digests delivered against digests the detector read.
     See eroica/bench/live.py.
 
     \b
@@ -288,6 +297,7 @@ def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: fl
       eroica bench live --ranks 1024
       eroica bench live --ranks 1024 --ranks 2048 --ranks 4096 --windows 6 --json live.json
       eroica bench live --ranks 2048 --summarisers 2
+      eroica bench live --ranks 1024 --edge-digests
       EROICA_WINDOW_S=4 eroica bench live --ranks 16 --windows 6 --format json
     """
     from pathlib import Path
@@ -310,7 +320,8 @@ def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: fl
         base = LiveConfig(ranks=(ranks or (1024,))[0], steps=steps, windows=windows, window_s=window_s, fault=fault,
                           fault_at=fault_at, profile=profile, seed=seed, broker=broker, drain_s=drain_s,
                           work_dir=Path(work_dir) if work_dir else None, progress=progress,
-                          declared_watermarks=declared_watermarks, summarisers=summarisers)
+                          declared_watermarks=declared_watermarks, summarisers=summarisers,
+                          edge_digests=edge_digests)
         run_ladder(base, ranks or (1024,), lambda _n: steps, report)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

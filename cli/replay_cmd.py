@@ -51,7 +51,8 @@ a delivery failed, 2 usage error, 3 no valid record in the input.""")
 @click.option("--declare-watermarks", is_flag=True,
               help="The input is in time order per rank/node and record type (as a live collector's output and "
                    "the simulator's are): each frame declares its stream's watermark, so windows close without "
-                   "the lateness allowance. Records older than their stream's declaration are counted.")
+                   "the lateness allowance. Records older than their stream's declaration are counted. With "
+                   "--edge-digests each node declares the oldest of its streams' newest records with each batch.")
 @click.option("-q", "--quiet", is_flag=True, help="Errors only: no progress, no summary on stderr.")
 def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, frame_records: int | None,
            connect_timeout: float, edge_digests: bool, declare_watermarks: bool, quiet: bool) -> None:
@@ -130,8 +131,9 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
             if publisher is not None:
                 publisher.status = status
             if edge_digests:
-                result = replay_digests(files, config, _edge_digester(), rate=per_s,
-                                        connect_timeout_s=connect_timeout, publisher=publisher)
+                result = replay_digests(files, config, _edge_digester(declare_watermarks), rate=per_s,
+                                        connect_timeout_s=connect_timeout, publisher=publisher,
+                                        declare_watermarks=declare_watermarks)
             else:
                 result = run_replay(files, config, per_s, connect_timeout_s=connect_timeout, publisher=publisher,
                                     declare_watermarks=declare_watermarks)
@@ -154,12 +156,12 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
         sys.exit(EXIT_NO_VALID_RECORD)
 
 
-def _edge_digester() -> Callable[[str], EdgeDigester]:
-    """One node's digester factory, with the stream workers' window settings (the layer that may join both)."""
-    from eroica.streams.faust.settings import WorkerSettings
+def _edge_digester(declares: bool) -> Callable[[str], EdgeDigester]:
+    """One node's digester factory, with the stream workers' window settings; a malformed setting is a usage error."""
+    from eroica.streams.faust.settings import edge_digester_factory
 
     try:
-        return WorkerSettings.from_env().edge_digester
+        return edge_digester_factory(declares=declares)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 

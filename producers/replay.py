@@ -42,7 +42,7 @@ import numpy as np
 from eroica.kafka.admin import BrokerError, create_topics, wait_for_broker
 from eroica.kafka.config import KafkaConfig
 from eroica.kafka.deadletter import publish_invalid
-from eroica.kafka.framing import FrameAccumulator, FrameSlice
+from eroica.kafka.framing import NODE_LEVEL, FrameAccumulator, FrameSlice
 from eroica.kafka.publisher import FramePublisher, PublisherStats
 from eroica.models.columns import Columns
 from eroica.models.frames import EndOfStream, encode_end_of_stream, encode_frame, encode_job
@@ -171,6 +171,38 @@ class _ClockPacer:
             self.publisher.poll(min(ahead, 0.05))
 
 
+def _check_pacing(rate: float | None, clock_offset_ns: int | None) -> None:
+    """A replay paces by records/s or by event time: both at once would hold each send to the slower of two
+    clocks, which is neither a job's real event rate nor the rate asked for."""
+    if clock_offset_ns is not None and rate and rate > 0:
+        raise ValueError("pace by rate or by event time (clock_offset_ns), not both")
+
+
+class _Pacing:
+    """One replay's pacing, the one home shared by :func:`replay` and :func:`replay_digests`.
+
+    :meth:`before` holds a send until its newest record is due (event time
+    plus ``clock_offset_ns``: :class:`_ClockPacer`) and keeps the worst
+    lateness in ``result.behind_s``; :meth:`after` holds the records/s
+    ``rate`` (:class:`_Pacer`). Call :func:`_check_pacing` first: only one
+    of the two may be set.
+    """
+
+    def __init__(self, rate: float | None, clock_offset_ns: int | None, publisher: FramePublisher,
+                 result: ReplayResult) -> None:
+        self.rate = _Pacer(rate, publisher)
+        self.clock = None if clock_offset_ns is None else _ClockPacer(clock_offset_ns, publisher)
+        self.result = result
+
+    def before(self, newest_ns: int) -> None:
+        if self.clock is not None:
+            self.clock.before(newest_ns)
+            self.result.behind_s = self.clock.behind_s
+
+    def after(self, records: int) -> None:
+        self.rate.after(records)
+
+
 def _time_ordered(frames: list[FrameSlice], last_start: dict[tuple[str, str], int]) -> list[FrameSlice]:
     """A batch's frames in event-time order across record types, as a live collector sends them.
 
@@ -204,6 +236,14 @@ def ensure_topics(config: KafkaConfig, timeout_s: float = 10.0, digests: bool = 
                                config.deadletter_topic: config.partitions}, timeout_s=timeout_s)
     except BrokerError as exc:
         log.warning("%s; publishing anyway", exc)
+
+
+def _create_topics(config: KafkaConfig, timeout_s: float, result: ReplayResult, digests: bool = False) -> None:
+    """:func:`ensure_topics` for a replay: an unreachable broker is a ReplayError that carries ``result``."""
+    try:
+        ensure_topics(config, timeout_s, digests=digests)
+    except BrokerError as exc:
+        raise ReplayError(str(exc), result) from exc
 
 
 class _Delivery:
@@ -269,21 +309,16 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
     first checks the broker answers within ``connect_timeout_s`` and creates
     the raw and dead-letter topics with ``config.partitions``.
     """
-    if clock_offset_ns is not None and rate and rate > 0:
-        raise ValueError("pace by rate or by event time (clock_offset_ns), not both")
+    _check_pacing(rate, clock_offset_ns)
     result = ReplayResult()
     t0 = time.monotonic()
     if create:
-        try:
-            ensure_topics(config, connect_timeout_s)
-        except BrokerError as exc:
-            raise ReplayError(str(exc), result) from exc
+        _create_topics(config, connect_timeout_s, result)
     out = _Delivery(config, publisher, result, t0)
     pub, check = out.pub, out.check
     producer_id = uuid.uuid4().hex[:12]
     keys: dict[str, _KeyState] = {}
-    pacer = _Pacer(rate, pub)
-    clock = None if clock_offset_ns is None else _ClockPacer(clock_offset_ns, pub)
+    pacing = _Pacing(rate, clock_offset_ns, pub, result)
     frames = FrameAccumulator(config.frame_records,
                               max_lag_ns=DECLARED_MAX_LAG_NS if declare_watermarks else MAX_LAG_NS)
     last_start: dict[tuple[str, str], int] = {}
@@ -295,9 +330,7 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
             state = keys[frame.key] = _KeyState(frame.job, frame.rank, frame.node)
         n = len(frame.cols)
         ts = frame.cols.arrays["ts_ns"]
-        if clock is not None:
-            clock.before(int(ts.max()))
-            result.behind_s = clock.behind_s
+        pacing.before(int(ts.max()))
         meta: dict[str, Any] = {"seq": state.frames, "producer": producer_id}
         if declare_watermarks:
             stream = (frame.key, frame.cols.type)
@@ -314,7 +347,7 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
         result.frames += 1
         result.records += n
         result.by_type[frame.cols.type] += n
-        pacer.after(n)
+        pacing.after(n)
         check()
 
     with out.running():
@@ -359,10 +392,36 @@ def split_by_node(cols: Columns) -> dict[str, Columns]:
     return {names[int(u)]: cols.take(np.flatnonzero(codes == u)) for u in uniq.tolist()}
 
 
+def in_order_mark(parts: Iterable[Columns]) -> int | None:
+    """The watermark a producer whose streams each arrive in time order may declare after sending ``parts``.
+
+    A stream is what a frame's key names: one rank's records of one type, or
+    a node's samples of one type (``NODE_LEVEL``), of one job. Each stream's
+    next record is no older than its newest here, so nothing older than the
+    oldest of those newest records is still to come from any stream in
+    ``parts``; a later mark would be a promise some stream may break. None
+    when ``parts`` hold no record.
+    """
+    mark: int | None = None
+    for cols in parts:
+        if not len(cols):
+            continue
+        arr = cols.arrays
+        ids = (arr["node"] if cols.type in NODE_LEVEL else arr["rank"]).astype(np.int64)
+        key = arr["job"].astype(np.int64) * (int(ids.max()) + 2) + (ids + 1)  # (job, rank or node), dense enough
+        uniq, inv = np.unique(key, return_inverse=True)
+        newest = np.full(uniq.size, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(newest, inv, arr["ts_ns"])
+        low = int(newest.min())
+        mark = low if mark is None else min(mark, low)
+    return mark
+
+
 def replay_digests(paths: Iterable[str | Path], config: KafkaConfig, digester: Callable[[str], Any], *,
                    rate: float | None = None, publisher: FramePublisher | None = None,
                    batch_records: int = DEFAULT_BATCH, create: bool = True,
-                   connect_timeout_s: float = 10.0) -> ReplayResult:
+                   connect_timeout_s: float = 10.0, clock_offset_ns: int | None = None,
+                   declare_watermarks: bool = False) -> ReplayResult:
     """Digest mode: every node of ``paths`` digests its own records; the digests go on the summaries topic.
 
     ``digester(source)`` makes one node's digester (``eroica.streams.edge.EdgeDigester``
@@ -372,23 +431,31 @@ def replay_digests(paths: Iterable[str | Path], config: KafkaConfig, digester: C
     Each node is source ``edge/<node>``; the job record is forwarded once by
     source ``edge/job-record``. Records are read and digested in the order of
     the files, batch by batch, as live nodes would close their windows;
-    ``rate`` (records/s) paces the reading. Invalid lines go to the dead-letter topic.
+    ``rate`` (records/s) paces the reading. ``clock_offset_ns`` paces it by
+    event time instead, as :func:`replay` does: a batch is digested and its
+    messages sent once ``time.time_ns()`` reaches its newest record's
+    ``ts_ns`` plus the offset (``result.behind_s``: how late the worst one
+    was); a batch's oldest records then wait for its newest, so live pacing
+    wants a ``batch_records`` of about the input's records per flush of a live
+    node. Invalid lines go to the dead-letter topic. A given ``publisher``
+    (a ``FramePublisher`` or a subclass) is flushed but not closed.
+
+    ``declare_watermarks``: the input is in time order per stream (as for
+    :func:`replay`), so each node declares, with each batch, the mark
+    :func:`in_order_mark` gives, as a live agent or tracer declares at its
+    flush; digesters made to accept declarations (``declares``) then close a
+    window the declared lateness after it is past, not the guessed one.
+    Records older than a declaration are late at their node (counted in
+    ``result.late_records``).
     """
+    _check_pacing(rate, clock_offset_ns)
     result = ReplayResult(mode="digest")
     t0 = time.monotonic()
     if create:
-        try:
-            wait_for_broker(config, timeout_s=connect_timeout_s)
-            try:
-                create_topics(config, {config.digests_topic: config.partitions,
-                                       config.deadletter_topic: config.partitions}, timeout_s=connect_timeout_s)
-            except BrokerError as exc:
-                log.warning("%s; publishing anyway", exc)
-        except BrokerError as exc:
-            raise ReplayError(str(exc), result) from exc
+        _create_topics(config, connect_timeout_s, result, digests=True)
     out = _Delivery(config, publisher, result, t0)
     pub, check = out.pub, out.check
-    pacer = _Pacer(rate, pub)
+    pacing = _Pacing(rate, clock_offset_ns, pub, result)
     nodes: dict[str, Any] = {}
     forwarder = digester("edge/job-record")
 
@@ -409,6 +476,9 @@ def replay_digests(paths: Iterable[str | Path], config: KafkaConfig, digester: C
                 for job in batch.jobs:
                     send(forwarder.job(job))
                     result.jobs += 1
+                newest = max((int(c.arrays["ts_ns"].max()) for c in batch.columns.values() if len(c)), default=None)
+                if newest is not None:
+                    pacing.before(newest)
                 per_node: dict[str, list[Columns]] = {}
                 for cols in batch.columns.values():
                     result.by_type[cols.type] += len(cols)
@@ -419,8 +489,8 @@ def replay_digests(paths: Iterable[str | Path], config: KafkaConfig, digester: C
                     d = nodes.get(node)
                     if d is None:
                         d = nodes[node] = digester(f"edge/{node}")
-                    send(d.add(*parts))
-                pacer.after(sum(len(c) for c in batch.columns.values()))
+                    send(d.add(*parts, declared_ns=in_order_mark(parts) if declare_watermarks else None))
+                pacing.after(sum(len(c) for c in batch.columns.values()))
         job_keys: Counter = Counter()
         for d in nodes.values():
             for job in d.jobs:

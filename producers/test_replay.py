@@ -7,6 +7,8 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from eroica.cli.main import cli
@@ -251,6 +253,38 @@ def test_replay_paced_by_event_time_sends_no_frame_before_its_newest_record(tmp_
     assert time.time_ns() - start >= 200_000_000 + 239 * span_ns // 240
 
 
+def test_digest_replay_paced_by_event_time_digests_no_batch_before_its_newest_record(tmp_path: Path) -> None:
+    """Digest mode paced by event time: a window's digest goes out no sooner than the record that closed it
+    (the window's end plus the lateness, shifted by the offset); the replay lasts the input's span."""
+    from eroica.kafka.config import KafkaConfig
+    from eroica.producers.replay import replay_digests
+    from eroica.streams.cores.digest_messages import DigestMsg, decode_message
+    from eroica.streams.edge import EdgeDigester
+
+    w, t0, span_ns = 100_000_000, 10**12, 1_200_000_000
+    lines: list[dict] = [{"type": "job", "job": "jD", "world_size": 2, "rank_nodes": ["n0", "n1"]}]
+    for i in range(240):  # 2 ranks on 2 nodes, a record every 5 ms of event time
+        lines.append({"type": "fn", "job": "jD", "node": f"n{i % 2}", "rank": i % 2, "step": i // 20, "fn": "aten::mm",
+                      "kind": "kernel", "ts_ns": t0 + i * span_ns // 240, "dur_ns": 1000})
+    src = _write(tmp_path / "digests.jsonl", lines, malformed_at=None)
+    pub = _Stamping()
+    start = time.time_ns()
+    offset = start + 200_000_000 - t0  # the first record "happens" 0.2 s from now
+    result = replay_digests([src], KafkaConfig(bootstrap="unused:1"), lambda source: EdgeDigester(source, w, w, 2 * w),
+                            publisher=pub, create=False, clock_offset_ns=offset, batch_records=20)  # type: ignore[arg-type]
+
+    digests = [(at, m) for at, v in pub.sent if isinstance(m := decode_message(v), DigestMsg)]
+    last = t0 + 239 * span_ns // 240
+    closed_in_flight = [(at, m) for at, m in digests if m.end_ns + w <= last]
+    assert result.digests == len(digests) and len(closed_in_flight) >= 10 and result.records == 240
+    for at, m in closed_in_flight:
+        assert at >= m.end_ns + w + offset  # the batch that closed it went out when its newest record happened
+    assert pub.sent[-1][0] >= last + offset and result.behind_s < 0.3
+    with pytest.raises(ValueError, match="not both"):
+        replay_digests([src], None, lambda source: None, rate=10.0, clock_offset_ns=0,  # type: ignore[arg-type]
+                       create=False, publisher=pub)  # type: ignore[arg-type]
+
+
 def test_clock_pacer_records_how_late_a_frame_went_out() -> None:
     from eroica.producers.replay import _ClockPacer
 
@@ -304,3 +338,56 @@ def test_replay_declares_each_streams_watermark_and_counts_broken_order(tmp_path
     replay([src], KafkaConfig(bootstrap="unused:1", frame_records=10), publisher=plain,  # type: ignore[arg-type]
            create=False)
     assert not any("wm" in decode_frame(v)[1] for _, v in plain.sent if frame_kind(v) == COLUMNS)
+
+
+def test_in_order_mark_is_the_oldest_of_the_streams_newest_records(tmp_path: Path) -> None:
+    """A stream is (job, rank) for rank records and (job, node) for node samples: the mark may not pass any."""
+    from eroica.models.reader import read_batches
+    from eroica.producers.replay import in_order_mark
+
+    def fn(job: str, rank: int, ts: int) -> dict:
+        return {"type": "fn", "job": job, "node": f"n{rank // 2}", "rank": rank, "step": 0, "fn": "f",
+                "kind": "kernel", "ts_ns": ts, "dur_ns": 1}
+
+    def cols(lines: list[dict], name: str) -> dict:
+        return next(iter(read_batches(_write(tmp_path / name, lines, malformed_at=None)))).columns
+
+    fns = cols([fn("a", 0, 50), fn("a", 1, 90), fn("a", 0, 70), fn("b", 0, 95)], "fn.jsonl")["fn"]
+    assert in_order_mark([fns]) == 70  # rank 0 of job a is newest at 70, though the batch reaches 95
+    gpu = cols([{"type": "gpu", "job": "a", "node": "n0", "rank": r, "gpu": r, "ts_ns": ts, "sm_util_pct": 1.0}
+                for r, ts in ((0, 80), (1, 60))], "gpu.jsonl")["gpu"]
+    assert in_order_mark([fns, gpu]) == 70 and in_order_mark([gpu]) == 80  # one node's samples: one stream
+    assert in_order_mark([fns.take(np.arange(0))]) is None
+
+
+def test_digest_replay_that_declares_closes_windows_sooner_and_loses_nothing(tmp_path: Path) -> None:
+    """Declared marks (each node: the oldest of its streams' newest records) close a window the declared lateness
+    after it is past instead of the guessed lateness: the same digests, sent earlier in the input, none late."""
+    from eroica.kafka.config import KafkaConfig
+    from eroica.models.digest import encode_digest
+    from eroica.producers.replay import replay_digests
+    from eroica.producers.simulator import SimConfig, write_jsonl
+    from eroica.streams.cores.digest_messages import DigestMsg, EndMsg, decode_message
+    from eroica.streams.faust.settings import WorkerSettings
+
+    src = tmp_path / "job.jsonl"
+    write_jsonl(SimConfig(nodes=2, gpus=4, steps=60, seed=2), src, truth_path=False)
+    settings = WorkerSettings.from_env({"EROICA_WINDOW_S": "10", "EROICA_LATENESS_S": "20"})  # declared: 5 s
+
+    def run(declare: bool) -> tuple[dict, int, int]:
+        pub = _Stamping()
+        r = replay_digests([src], KafkaConfig(bootstrap="unused:1"),
+                           lambda s: settings.edge_digester(s, declares=declare), publisher=pub,  # type: ignore
+                           create=False, batch_records=200, declare_watermarks=declare)
+        sent = [v for _, v in pub.sent]
+        msgs = [decode_message(v) for v in sent]
+        digests = {(m.source, m.digest.start_ns): encode_digest(m.digest) for m in msgs if isinstance(m, DigestMsg)}
+        ends = [i for i, m in enumerate(msgs) if isinstance(m, EndMsg)]
+        before_end = sum(isinstance(m, DigestMsg) for m in msgs[:ends[0]])  # closed while records flowed
+        return digests, before_end, r.late_records
+
+    guessed, guessed_at, guessed_late = run(False)
+    declared, declared_at, declared_late = run(True)
+    assert declared == guessed and len(declared) >= 8  # the same windows, the same contents
+    assert guessed_late == declared_late == 0
+    assert declared_at > guessed_at  # more windows closed while the input flowed, fewer waited for its end

@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from eroica.models.frames import DECLARED_LATENESS_NS
 
@@ -176,3 +176,23 @@ class WorkerSettings:
 
     def with_(self, **changes: object) -> "WorkerSettings":
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def edge_digester_factory(env: Mapping[str, str] | None = None,
+                          declares: bool = False) -> Callable[[str], "EdgeDigester"]:
+    """A replay's node digester factory (``source`` -> digester) with the windows the stack's workers read from
+    ``env`` (default: this process's environment).
+
+    The one construction behind ``eroica replay --edge-digests`` and ``eroica
+    bench live --edge-digests``, so the bench measures the digest mode users
+    run. ``declares``: the digesters accept the marks the replay declares
+    (``replay_digests(declare_watermarks=True)``), as the tracer's and the
+    agent's do, and close a window the declared lateness after it is past;
+    otherwise they guess their marks and close one lateness after them. A
+    malformed variable is a ValueError that names it.
+    """
+    settings = WorkerSettings.from_env(env)
+
+    def make(source: str) -> "EdgeDigester":
+        return settings.edge_digester(source, declares=declares)
+    return make
