@@ -126,8 +126,12 @@ def accuracy(seeds: int, scales: tuple[str, ...], profiles: tuple[str, ...], fir
               help="Also write the results as JSON to this file ('-' for stdout, the table then goes to stderr).")
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the input and databases here (default: a temporary directory, removed).")
+@click.option("--passes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run every stage and floor this many times on the same input; each row is the median pass "
+                   "by ratio to floor, with the range (for a machine whose speed drifts).")
 def throughput(ranks: int, steps: int, window_s: float | None, seed: int, fault: str, broker: str,
-               server: bool | None, chdb: bool, traced: bool, json_path: str | None, work_dir: str | None) -> None:
+               server: bool | None, chdb: bool, traced: bool, json_path: str | None, work_dir: str | None,
+               passes: int) -> None:
     """Each stage's records per CPU-second beside its floor (decoding the same bytes) on this machine.
 
     \b
@@ -140,6 +144,7 @@ def throughput(ranks: int, steps: int, window_s: float | None, seed: int, fault:
       eroica bench throughput
       eroica bench throughput --ranks 1024 --steps 20 --json bench.json
       eroica bench throughput --broker kafka --server
+      eroica bench throughput --ranks 1024 --steps 40 --passes 3 --broker none
     """
     from pathlib import Path
 
@@ -152,7 +157,8 @@ def throughput(ranks: int, steps: int, window_s: float | None, seed: int, fault:
 
     cfg = BenchConfig(ranks=ranks, steps=steps, window_s=window_s or DEFAULT_WINDOW_S, seed=seed,
                       fault=None if fault == "none" else fault, broker=broker, server=server, chdb=chdb,
-                      tracemalloc=traced, work_dir=Path(work_dir) if work_dir else None, progress=progress)
+                      tracemalloc=traced, work_dir=Path(work_dir) if work_dir else None, progress=progress,
+                      passes=passes)
     try:
         result = run(cfg)
     except ValueError as exc:
