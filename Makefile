@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -U pip
 	$(PY) -m pip install -q -e '.[stream,sink,import,test,gpu,fuzz,fast]'
 	$(PY) -m pip install -q torch==2.13.0  # the tracer's tests (CPU wheel on these machines; not an extra: torch>=2.1 would pick 2.14)
-	$(PY) -c 'from eroica.models import fastjson; from eroica.streams.detection import kernels; fastjson.warm(); kernels.warm()'  # compile the scanner and the summariser's kernels once, into their caches
+	$(PY) -c 'from eroica.models import fastjson, limits; from eroica.streams.detection import kernels; fastjson.warm(); kernels.warm(); limits.warm()'  # compile the scanner, the summariser's kernels and the msgpack depth walk once, into their caches
 	touch $@
 
 demo: setup

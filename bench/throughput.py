@@ -284,9 +284,10 @@ def _rate(records: int, cpu: float) -> float:
 
 def warm_kernels() -> list[str]:
     """Load every compiled kernel the stages use; the names of those loaded (none without numba)."""
-    from eroica.models import fastjson
+    from eroica.models import fastjson, limits
     from eroica.streams.detection import kernels
-    return [name for name, warm in (("fastjson", fastjson.warm), ("summariser", kernels.warm)) if warm()]
+    return [name for name, warm in (("fastjson", fastjson.warm), ("summariser", kernels.warm),
+                                    ("msgpack depth", limits.warm)) if warm()]
 
 
 def json_floor(path: Path) -> int:

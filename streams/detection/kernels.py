@@ -41,6 +41,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from eroica.models.jit import compiler
+
 
 def _exclusive_source(packed: np.ndarray, e: np.ndarray, i_bits: int, s_bits: int, out: np.ndarray) -> None:
     """Exclusive time of events by priority level, from their sorted ``level | start | index`` keys.
@@ -580,14 +582,7 @@ _SOURCES = Kernels(
 
 def _compiler() -> Callable[[Callable[..., object]], Callable[..., object]] | None:
     """numba's ``njit`` as the kernels are compiled with, or None: switched off, or numba not installed."""
-    if os.environ.get("EROICA_SPAN_KERNELS", "1") == "0":
-        return None
-    try:
-        import numba  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    except ImportError:
-        return None
-    jit: Callable[[Callable[..., object]], Callable[..., object]] = numba.njit(cache=True, nogil=True,
-                                                                              boundscheck=False)
+    jit: Callable[[Callable[..., object]], Callable[..., object]] | None = compiler("EROICA_SPAN_KERNELS")
     return jit
 
 
