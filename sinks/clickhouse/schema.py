@@ -14,7 +14,7 @@ queries read ``FINAL`` so duplicates never show, merged or not.
   latest detection of a finding wins (18.16 needs an unsigned version column,
   hence ``UInt64`` times; the contract's times are never negative).
   ``peers``/``victims`` are ``Array(Int32)``: 18.16 takes them over the native
-  protocol and chdb from JSONEachRow. ``evidence`` is a JSON string.
+  protocol and chdb from JSONCompactEachRow. ``evidence`` is a JSON string.
 - ``summaries``: one row per (job, window, rank, fn), the tidy ("long") form a
   Grafana heat map of rank x fn reads directly (x = fn, y = rank, value = beta
   or slowdown_vs_peers), with ``window_start`` (a ``DateTime`` computed from

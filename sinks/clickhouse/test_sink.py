@@ -56,10 +56,12 @@ def test_round_trip_field_by_field(verdict_sink: VerdictSink, make_verdict) -> N
                      evidence={}, summary=tricky, incident_id=""),
         make_verdict(rank=3, kind="hang", slowdown=0.1 + 0.2, score=-4.2e-300, confidence=1.0,
                      peers=[2**31 - 1, -(2**31)], window_start_ns=2**63 + 12_345),
+        # infinities (msgspec would write null for them) and the text null where a value could be
+        make_verdict(rank=4, slowdown=math.inf, score=-math.inf, fn="null", summary='null "null"\n[null]'),
     ]
-    assert verdict_sink.write_verdicts(written) == 3
+    assert verdict_sink.write_verdicts(written) == 4
     got = {v.verdict_id: v for v in verdict_sink.query_verdicts()}
-    assert len(got) == 3
+    assert len(got) == 4
     for v in written:
         back = got[v.verdict_id]
         for name in v.__struct_fields__:
@@ -200,3 +202,15 @@ def test_engine_readonly_backs_the_guard(verdict_sink: VerdictSink) -> None:
 def test_bad_sql_fails_fast_with_the_server_message(verdict_sink: VerdictSink) -> None:
     with pytest.raises(ClickHouseError, match="(?i)unknown|doesn't exist|does not exist"):
         verdict_sink.run_readonly_sql("SELECT * FROM no_such_db_zz.no_such_table")
+
+
+def test_json_compact_rows_keeps_non_finite_floats_apart_from_null() -> None:
+    from eroica.sinks.clickhouse.client import json_compact_rows
+
+    rows = [(1, 2.5, "a", [1, 2]), (2, math.nan, "null", []), (3, math.inf, "x\ny", [3]), (4, -math.inf, "", [])]
+    lines = json_compact_rows(rows).split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 5
+    assert [msgspec.json.decode(line) for line in lines[:-1]] == [
+        [1, 2.5, "a", [1, 2]], [2, "nan", "null", []], [3, "inf", "x\ny", [3]], [4, "-inf", "", []]]
+    finite = [(1, 0.5, "null", [1])]
+    assert json_compact_rows(finite) == b'[1,0.5,"null",[1]]\n'
