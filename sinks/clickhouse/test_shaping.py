@@ -60,6 +60,39 @@ def test_summary_rows_round_trip() -> None:
     assert msgspec.structs.replace(back, slowdown_vs_peers=0.0) == msgspec.structs.replace(s, slowdown_vs_peers=0.0)
 
 
+def _outcome(fn, s: WindowSummary, version: object) -> tuple:
+    try:
+        return ("row", fn(s, version))
+    except Exception as exc:  # noqa: BLE001  (the outcome compared: type and text of any refusal)
+        return ("refused", type(exc).__name__, str(exc))
+
+
+ROW, REFUSED = True, False
+
+
+@pytest.mark.parametrize(("change", "kept"), [
+    ({}, ROW), ({"window_start_ns": 2**64 - 1}, ROW), ({"rank": 2**31 - 1}, ROW), ({"count": 7.9}, ROW),
+    ({"window_start_ns": "12"}, ROW), ({"version": "7"}, ROW), ({"rank": -(2**31)}, ROW),
+    ({"window_start_ns": -1}, REFUSED), ({"window_end_ns": 2**64}, REFUSED), ({"rank": 2**31}, REFUSED),
+    ({"rank": -(2**31) - 1}, REFUSED), ({"count": -3}, REFUSED), ({"job": 5}, REFUSED), ({"node": None}, REFUSED),
+    ({"fn": b"f"}, REFUSED), ({"kind": 1.0}, REFUSED), ({"median_ns": "x"}, REFUSED), ({"beta": None}, REFUSED),
+    ({"window_end_ns": math.inf}, REFUSED), ({"rank": math.nan}, REFUSED), ({"count": "many"}, REFUSED),
+    ({"version": -1}, REFUSED), ({"version": 2**64}, REFUSED), ({"version": None}, REFUSED),
+])
+def test_summary_row_checks_as_the_field_by_field_path(change: dict, kept: bool) -> None:
+    from eroica.sinks.clickhouse.shaping import _checked_summary_row, summary_row
+
+    fields = dict(job="j", window_start_ns=10, window_end_ns=20, rank=3, node="n", fn="f", kind="kernel", count=4,
+                  median_ns=1.5, p90_ns=2.0, p99_ns=3.0, total_ns=6.0, beta=0.25, slowdown_vs_peers=math.nan)
+    version = change.pop("version", 99)
+    fields.update(change)
+    s = WindowSummary(**fields)  # type: ignore[arg-type]  (unchecked at construction, as a caller may build it)
+    want = _outcome(_checked_summary_row, s, version)
+    got = _outcome(summary_row, s, version)
+    assert repr(got) == repr(want)  # repr: a NaN in the row compares equal to itself there
+    assert (got[0] == "row") is kept, got
+
+
 def test_batched() -> None:
     assert [list(b) for b in batched([1, 2, 3, 4, 5], 2)] == [[1, 2], [3, 4], [5]]
     assert list(batched([], 3)) == []
