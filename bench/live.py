@@ -109,6 +109,9 @@ class LiveConfig:
     # ``eroica replay --edge-digests``); with ``declared_watermarks`` each node declares its marks as live
     # agents and tracers do (``producers.replay.in_order_mark``).
     edge_digests: bool = False
+    # Raw mode: the most event time one frame spans (``replay(frame_lag_s=)``; None: the replay's default, a
+    # tracer's 0.5 s flush and 1 s linger). The summariser's cost is per frame: longer frames, fewer of them.
+    frame_s: float | None = None
     ready_timeout_s: float = 240.0
     work_dir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra EROICA_* for the stack (and replay)
@@ -119,6 +122,8 @@ class LiveConfig:
             raise ValueError(f"broker must be one of {', '.join(BROKERS)}, got {self.broker!r}")
         if self.ranks > self.gpus and self.ranks % self.gpus:
             raise ValueError(f"--ranks {self.ranks} must be a multiple of {self.gpus} GPUs per node")
+        if self.frame_s is not None and (not self.frame_s > 0 or self.edge_digests):
+            raise ValueError("--frame-s must be > 0 s, and applies to raw frames only (not with --edge-digests)")
 
     @property
     def layout(self) -> tuple[int, int]:
@@ -487,6 +492,7 @@ def format_table(result: Mapping[str, Any]) -> str:
     c, i, rp, lag, d, v = (result[k] for k in ("config", "input", "replay", "lag", "drops", "verdict"))
     many = f", {c['summarisers']} summarisers" if c.get("summarisers", 1) > 1 else ""
     many += ", edge digests" if c.get("edge_digests") else ""
+    many += f", frames of up to {c['frame_s']:g} s" if c.get("frame_s") else ""
     head = (f"eroica bench live: {c['ranks']} ranks ({c['nodes']} x {c['gpus']}), {c['steps']} steps of "
             f"{i['step_s']:.2f} s ({i['seconds']:.0f} s, {i['seconds'] / c['window_s']:.1f} windows of "
             f"{c['window_s']:g} s), {c['broker']}{many}: {i['records']:,} records at {i['records_per_s']:,.0f}/s, "
@@ -702,7 +708,8 @@ _ENDS = 3
 
 
 def _replay_child(path: str, env: dict[str, str], offset_ns: int, shared: Any, done: Any,
-                  declare: bool = True, edge_digests: bool = False, batch_records: int = DEFAULT_BATCH) -> None:
+                  declare: bool = True, edge_digests: bool = False, batch_records: int = DEFAULT_BATCH,
+                  frame_s: float | None = None) -> None:
     """The replay process: publishes ``path`` paced by event time, mirrors its counts into ``shared``.
 
     Digest mode (``edge_digests``): digests each node's records as ``eroica replay --edge-digests`` does
@@ -740,7 +747,8 @@ def _replay_child(path: str, env: dict[str, str], offset_ns: int, shared: Any, d
                                     clock_offset_ns=offset_ns, batch_records=batch_records,
                                     declare_watermarks=declare)
         else:
-            result = replay([path], config, publisher=pub, clock_offset_ns=offset_ns, declare_watermarks=declare)
+            result = replay([path], config, publisher=pub, clock_offset_ns=offset_ns, declare_watermarks=declare,
+                            frame_lag_s=frame_s)
     except ReplayError as exc:
         result, doc["error"] = exc.result, str(exc)
     finally:
@@ -765,13 +773,14 @@ class ReplayChild:
     """The replay in a process of its own, so its CPU is its own and the monitor's is apart."""
 
     def __init__(self, path: Path, env: Mapping[str, str], offset_ns: int, partitions: int,
-                 declare: bool = True, edge_digests: bool = False, batch_records: int = DEFAULT_BATCH) -> None:
+                 declare: bool = True, edge_digests: bool = False, batch_records: int = DEFAULT_BATCH,
+                 frame_s: float | None = None) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.shared = ctx.Array("q", _ENDS + partitions, lock=False)
         self.done = ctx.Queue()
         self.proc = ctx.Process(target=_replay_child,
                                 args=(str(path), dict(env), offset_ns, self.shared, self.done, declare, edge_digests,
-                                      batch_records),
+                                      batch_records, frame_s),
                                 name="eroica-live-replay", daemon=True)
         self.result: dict[str, Any] | None = None
 
@@ -1022,7 +1031,7 @@ def run(cfg: LiveConfig) -> dict[str, Any]:
         nodes, gpus = cfg.layout
         conf = {"ranks": cfg.ranks, "nodes": nodes, "gpus": gpus, "steps": steps, "seed": cfg.seed,
                 "profile": cfg.profile, "broker": cfg.broker, "summarisers": cfg.summarisers,
-                "edge_digests": cfg.edge_digests, "window_s": window_s,
+                "edge_digests": cfg.edge_digests, "frame_s": cfg.frame_s, "window_s": window_s,
                 "fault": cfg.fault_spec(),
                 "fault_step": fault_step, "fault_window": (onset_ns - truth["start_ns"]) // w_ns,
                 "job": truth["job"], "cpus": os.cpu_count(),
@@ -1059,7 +1068,7 @@ def _measure(cfg: LiveConfig, stack: Stack, env: Mapping[str, str], path: Path, 
         child = ReplayChild(path, {**env, "EROICA_KAFKA_BOOTSTRAP": kafka.bootstrap}, offset_ns, kafka.partitions,
                             declare=cfg.declared_watermarks, edge_digests=cfg.edge_digests,
                             batch_records=digest_batch_records(input_["records_per_s"]) if cfg.edge_digests
-                            else DEFAULT_BATCH)
+                            else DEFAULT_BATCH, frame_s=cfg.frame_s)
         child.start()
         monitor.replay = child
         t0 = time.monotonic()

@@ -281,9 +281,14 @@ def edge(nodes: int, gpus: int, steps: int | None, profile: str, seed: int, faul
                    "detector reads directly; the summariser reads nothing. Judged on digests delivered against "
                    "digests read; the replay process's CPU is reported as the edge (the nodes') cost. "
                    "Default: raw frames through the summariser.")
+@click.option("--frame-s", type=click.FloatRange(min=0.001), default=None,
+              help="Raw mode: the most event time one frame spans (default: the replay's, as a tracer's 0.5 s "
+                   "flush with a 1 s linger). The summariser's cost is per frame: longer frames, fewer of them, "
+                   "windows closing that much later.")
 def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: float | None, fault: str | None,
          fault_at: float, profile: str, seed: int, broker: str, drain_s: float, fmt: str, json_path: str | None,
-         work_dir: str | None, declared_watermarks: bool, summarisers: int, edge_digests: bool) -> None:
+         work_dir: str | None, declared_watermarks: bool, summarisers: int, edge_digests: bool,
+         frame_s: float | None) -> None:
     """A simulated job replayed at its real event rate through `eroica up`: does the stack keep up?
 
     \b
@@ -304,6 +309,7 @@ def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: fl
       eroica bench live --ranks 1024 --ranks 2048 --ranks 4096 --windows 6 --json live.json
       eroica bench live --ranks 2048 --summarisers 2
       eroica bench live --ranks 1024 --edge-digests
+      eroica bench live --ranks 1024 --frame-s 4
       EROICA_WINDOW_S=4 eroica bench live --ranks 16 --windows 6 --format json
     """
     from pathlib import Path
@@ -327,7 +333,7 @@ def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: fl
                           fault_at=fault_at, profile=profile, seed=seed, broker=broker, drain_s=drain_s,
                           work_dir=Path(work_dir) if work_dir else None, progress=progress,
                           declared_watermarks=declared_watermarks, summarisers=summarisers,
-                          edge_digests=edge_digests)
+                          edge_digests=edge_digests, frame_s=frame_s)
         run_ladder(base, ranks or (1024,), lambda _n: steps, report)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

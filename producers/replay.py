@@ -292,7 +292,8 @@ class _Delivery:
 def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None = None, *,
            publisher: FramePublisher | None = None, batch_records: int = DEFAULT_BATCH,
            create: bool = True, connect_timeout_s: float = 10.0,
-           clock_offset_ns: int | None = None, declare_watermarks: bool = False) -> ReplayResult:
+           clock_offset_ns: int | None = None, declare_watermarks: bool = False,
+           frame_lag_s: float | None = None) -> ReplayResult:
     """Publish every record of ``paths`` (JSONL, gzip or ``-``); returns the counts.
 
     ``rate`` in records/s paces the replay (None or <= 0: as fast as the broker
@@ -305,11 +306,22 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
     (frame meta ``wm``) and the summariser closes windows without the
     lateness allowance; a record older than its stream's declaration is
     counted in ``result.watermark_violations`` (it will be late there).
+    ``frame_lag_s``: the most event time a frame spans, and how far behind
+    its stream's newest record a held remainder may fall before it goes out
+    (default ``DECLARED_MAX_LAG_NS`` when declaring, as a tracer flushing
+    every 0.5 s with a 1 s linger, else ``MAX_LAG_NS``). Longer frames mean
+    fewer of them (the summariser's cost is per frame, README "Throughput")
+    and windows that close that much later; without declarations it must stay
+    below the summariser's lateness, or frames arrive after their windows closed.
     A given ``publisher`` is flushed but not closed. ``create``
     first checks the broker answers within ``connect_timeout_s`` and creates
     the raw and dead-letter topics with ``config.partitions``.
     """
     _check_pacing(rate, clock_offset_ns)
+    if frame_lag_s is not None and not frame_lag_s > 0:
+        raise ValueError(f"frame_lag_s must be > 0 s, got {frame_lag_s}")
+    max_lag_ns = (DECLARED_MAX_LAG_NS if declare_watermarks else MAX_LAG_NS) if frame_lag_s is None \
+        else int(frame_lag_s * 1e9)
     result = ReplayResult()
     t0 = time.monotonic()
     if create:
@@ -319,8 +331,7 @@ def replay(paths: Iterable[str | Path], config: KafkaConfig, rate: float | None 
     producer_id = uuid.uuid4().hex[:12]
     keys: dict[str, _KeyState] = {}
     pacing = _Pacing(rate, clock_offset_ns, pub, result)
-    frames = FrameAccumulator(config.frame_records,
-                              max_lag_ns=DECLARED_MAX_LAG_NS if declare_watermarks else MAX_LAG_NS)
+    frames = FrameAccumulator(config.frame_records, max_lag_ns=max_lag_ns)
     last_start: dict[tuple[str, str], int] = {}
     declared: dict[tuple[str, str], int] = {}
 

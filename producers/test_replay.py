@@ -391,3 +391,30 @@ def test_digest_replay_that_declares_closes_windows_sooner_and_loses_nothing(tmp
     assert declared == guessed and len(declared) >= 8  # the same windows, the same contents
     assert guessed_late == declared_late == 0
     assert declared_at > guessed_at  # more windows closed while the input flowed, fewer waited for its end
+
+
+def test_frame_lag_sets_how_much_event_time_a_frame_spans(tmp_path: Path) -> None:
+    """Longer frames, fewer of them: the same records either way, no frame spanning more than its lag,
+    and declared marks still never passed (the summariser's cost is per frame, README "Throughput")."""
+    from eroica.kafka.config import KafkaConfig
+
+    lines = [{"type": "fn", "job": "jL", "node": "n0", "rank": i % 4, "step": 0, "fn": "aten::mm",
+              "kind": "kernel", "ts_ns": 10**12 + i * 25_000_000, "dur_ns": 10} for i in range(1600)]  # 40 s
+    src = _write(tmp_path / "lag.jsonl", lines, malformed_at=None)
+    sent: dict[float | None, list] = {}
+    for lag in (None, 1.0, 4.0):
+        pub = _Stamping()
+        result = replay([src], KafkaConfig(bootstrap="unused:1"), publisher=pub,  # type: ignore[arg-type]
+                        create=False, declare_watermarks=True, frame_lag_s=lag)
+        assert result.watermark_violations == 0
+        sent[lag] = [decode_frame(v)[0] for _, v in pub.sent if frame_kind(v) == COLUMNS]
+    for lag, frames in sent.items():
+        spans = [int(c.arrays["ts_ns"].max()) - int(c.arrays["ts_ns"].min()) for c in frames]
+        assert max(spans) <= (lag or 1.0) * 1e9, lag
+        got = sorted((int(r), int(t)) for c in frames for r, t in zip(c.arrays["rank"], c.arrays["ts_ns"]))
+        assert got == sorted((d["rank"], d["ts_ns"]) for d in lines)
+    assert len(sent[None]) == len(sent[1.0])          # the default is a tracer's one second
+    assert len(sent[4.0]) * 3 <= len(sent[1.0])       # four times the span: about a quarter of the frames
+    with pytest.raises(ValueError, match="frame_lag_s"):
+        replay([src], KafkaConfig(bootstrap="unused:1"), publisher=_Stamping(), create=False,  # type: ignore[arg-type]
+               frame_lag_s=0.0)

@@ -204,3 +204,12 @@ def test_live_edge_digests_of_a_small_job_through_eroica_up_keeps_up_and_finds_t
     assert r["cpu"]["edge"]["cpu_s"] > 0 and "replay" not in r["cpu"] and r["cpu"]["detector"]["cpu_s"] > 0
     assert r["cpu"]["summariser"]["records_per_cpu_s"] is None  # idle in digest mode: no rate
     assert r["keeps_up"], r["why_not"]
+
+
+def test_frame_span_is_for_raw_frames_and_positive() -> None:
+    from eroica.bench.live import LiveConfig
+
+    assert LiveConfig(ranks=16, frame_s=4.0).frame_s == 4.0
+    for bad in ({"frame_s": 0.0}, {"frame_s": -1.0}, {"frame_s": 2.0, "edge_digests": True}):
+        with pytest.raises(ValueError, match="frame-s"):
+            LiveConfig(ranks=16, **bad)
