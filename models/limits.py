@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
-from .jit import compiler
+from .jit import LazyKernels
 
 # No Eroica message or contract record is nested more than ~6 levels (a verdict's
 # evidence: dict of dict of list); 64 leaves room for collectors' extensions.
@@ -323,10 +323,6 @@ def _depth_source(buf: np.ndarray, max_depth: int, fixed: np.ndarray, lbytes: np
     return _DONE, deepest
 
 
-_kernel: Callable[..., tuple[int, int]] | None = None
-_kernel_failed = False
-_bytes_seen = 0
-
 # Loading the compiled walk costs ~0.7 CPU-s and ~110 MB of resident memory once in a process that has not
 # imported numba (~6 ms where the summariser's kernels already did), and saves ~25 ms per MiB checked (a
 # 1,024-rank bench job: 20 MiB of digests 0.53-0.61 -> 0.022 CPU-s, 12 MiB of summaries 0.29-0.32 -> 0.011;
@@ -337,27 +333,7 @@ KERNEL_AFTER_BYTES = int(os.environ.get("EROICA_MSGPACK_KERNEL_AFTER", 64 << 20)
 
 def _depth_kernel(nbytes: int) -> Callable[..., tuple[int, int]] | None:
     """The compiled walk to check ``nbytes`` more bytes with (loading it once enough have been), or None."""
-    global _bytes_seen
-    if _kernel is not None or _kernel_failed:
-        return _kernel
-    _bytes_seen += nbytes
-    return _load_kernel() if _bytes_seen >= KERNEL_AFTER_BYTES else None
-
-
-def _load_kernel() -> Callable[..., tuple[int, int]] | None:
-    global _kernel, _kernel_failed
-    if _kernel is None and not _kernel_failed:
-        jit = compiler("EROICA_MSGPACK_KERNEL")
-        kernel: Callable[..., Any] | None = None if jit is None else jit(_depth_source)
-        try:  # compiled or loaded here, once: a cache that cannot be loaded must not fail a decode later
-            ok = kernel is not None and _smoke(kernel)
-        except Exception:  # noqa: BLE001  (numba's errors have no common base: the interpreted walk then)
-            ok = False
-        if ok:
-            _kernel = kernel
-        else:
-            _kernel_failed = True
-    return _kernel
+    return _walk.worth_it(nbytes, KERNEL_AFTER_BYTES)
 
 
 def _smoke(kernel: Callable[..., Any]) -> bool:
@@ -376,20 +352,21 @@ def warm() -> bool:
 
     For a long-running consumer's start or an image build, so no message pays for it later.
     """
-    return _load_kernel() is not None
+    return _walk.get() is not None
 
 
 def use_kernel(kind: str | None) -> None:
     """For tests: ``"numba"`` (compiled), ``"python"`` (the same source, interpreted), ``"none"`` (the
     interpreted walk with its fast paths), or None (back to loading it once enough bytes were checked)."""
-    global _kernel, _kernel_failed, _bytes_seen
-    _kernel, _kernel_failed, _bytes_seen = None, False, 0
-    if kind == "python":
-        _kernel = _depth_source
-    elif kind == "none":
-        _kernel_failed = True
-    elif kind == "numba" and _load_kernel() is None:
-        raise RuntimeError("numba is not installed")
+    _walk.use(kind, off="none")
+
+
+def _compile(jit: Callable[[Callable[..., object]], Callable[..., object]]) -> Callable[..., tuple[int, int]]:
+    return cast(Callable[..., tuple[int, int]], jit(_depth_source))
+
+
+_walk: LazyKernels[Callable[..., tuple[int, int]]] = LazyKernels("EROICA_MSGPACK_KERNEL", _compile, _smoke,
+                                                                 _depth_source)
 
 
 def value_depth(value: object, max_depth: int = MAX_DEPTH, what: str = "message") -> int:

@@ -106,9 +106,9 @@ def test_a_process_loads_the_kernel_once_it_has_checked_enough(monkeypatch: pyte
     try:
         packed = msgpack.packb([[1.0] * 50] * 2)   # ~900 bytes
         assert msgpack_depth(packed) == 2
-        assert limits._kernel is None               # 900 of 1000 bytes: not yet
+        assert limits._walk.value is None               # 900 of 1000 bytes: not yet
         assert msgpack_depth(packed) == 2
-        assert limits._kernel is not None           # past the bound: loaded, and used from now on
+        assert limits._walk.value is not None           # past the bound: loaded, and used from now on
         with pytest.raises(LimitError, match="nested more than 64"):
             msgpack_depth(b"\x91" * 65 + b"\x01")
     finally:

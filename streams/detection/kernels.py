@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from eroica.models.jit import compiler
+from eroica.models.jit import LazyKernels
 
 
 def _exclusive_source(packed: np.ndarray, e: np.ndarray, i_bits: int, s_bits: int, out: np.ndarray) -> None:
@@ -561,10 +561,6 @@ class Kernels(NamedTuple):
     fn_hashes: Callable[..., None]
 
 
-_kernels: Kernels | None = None
-_failed = False
-_records_seen = 0
-
 # Loading the kernels costs ~0.16 CPU-s (numba already imported, as the reader's scanner imports it; all
 # seventeen, 2026-11-28) to ~0.3 s (not yet) and saves ~90 ns per record (1,024 ranks): they are loaded once
 # the process has summarised this many records (never for a small analysis), or by :func:`warm`.
@@ -580,58 +576,29 @@ _SOURCES = Kernels(
 )
 
 
-def _compiler() -> Callable[[Callable[..., object]], Callable[..., object]] | None:
-    """numba's ``njit`` as the kernels are compiled with, or None: switched off, or numba not installed."""
-    jit: Callable[[Callable[..., object]], Callable[..., object]] | None = compiler("EROICA_SPAN_KERNELS")
-    return jit
-
-
 def kernels() -> Kernels | None:
     """The compiled kernels (compiled or loaded from numba's cache on the first call), or None when numba is
     not installed (or ``EROICA_SPAN_KERNELS=0``)."""
-    global _kernels, _failed
-    if _kernels is None and not _failed:
-        jit = _compiler()
-        if jit is None:
-            _failed = True
-            return None
-        _kernels = Kernels(*(jit(f) for f in _SOURCES))  # type: ignore[arg-type]
-        try:  # compiled or loaded here, once: a cache that cannot be loaded must not fail a summary later
-            ok = _smoke(_kernels)
-        except Exception:  # noqa: BLE001  (numba's errors have no common base: the numpy path then)
-            ok = False
-        if not ok:
-            _kernels, _failed = None, True
-    return _kernels
+    ks: Kernels | None = _lazy.get()
+    return ks
 
 
 def use_kernels(kind: str | None) -> None:
     """For tests: ``"numba"`` (compiled), ``"python"`` (the same sources, interpreted: slow, small inputs
     only, runs without numba), ``"numpy"`` (none: the numpy path), or None (back to loading them on demand)."""
-    global _kernels, _failed, _records_seen
-    _kernels, _failed, _records_seen = None, False, 0
-    if kind == "python":
-        _kernels = _SOURCES
-    elif kind == "numpy":
-        _failed = True
-    elif kind == "numba" and kernels() is None:
-        raise RuntimeError("numba is not installed")
+    _lazy.use(kind, off="numpy")
 
 
 def worth_it(records: int) -> Kernels | None:
     """The kernels to summarise ``records`` more records with (loading them once enough have been), or None."""
-    global _records_seen
-    if _kernels is not None or _failed:
-        return _kernels
-    _records_seen += records
-    if _records_seen < FAST_AFTER_RECORDS:
-        return None
-    return kernels()
+    ks: Kernels | None = _lazy.worth_it(records, FAST_AFTER_RECORDS)
+    return ks
 
 
 def loaded() -> Kernels | None:
     """The kernels if :func:`worth_it` (or :func:`warm`) has loaded them, else None (loads nothing)."""
-    return _kernels
+    ks: Kernels | None = _lazy.value
+    return ks
 
 
 def warm() -> bool:
@@ -642,6 +609,10 @@ def warm() -> bool:
     installed or the kernels are switched off.
     """
     return kernels() is not None
+
+
+def _compile(jit: Callable[[Callable[..., object]], Callable[..., object]]) -> Kernels:
+    return Kernels(*(jit(f) for f in _SOURCES))  # type: ignore[arg-type]
 
 
 def _smoke(ks: Kernels) -> bool:
@@ -728,3 +699,6 @@ def _smoke(ks: Kernels) -> bool:
                 and fn_steps.tolist() == [1, 2]
                 and count.tolist() == [1, 2] and d_keys.tolist() == [1, 4 | 2, 4 | 0]
                 and rep.tolist() == [1, 0] and step_sum.tolist() == [1, 1, 1] and excl_sum.tolist() == [1.0, 2.0])
+
+
+_lazy: LazyKernels[Kernels] = LazyKernels("EROICA_SPAN_KERNELS", _compile, _smoke, _SOURCES)

@@ -161,12 +161,12 @@ def test_summarise_fn_with_and_without_kernels(ks: kernels.Kernels, case: int,
             cont = fn.take(np.flatnonzero(rng.random(n) < 0.2))
         monkeypatch.setattr(fn_rows, "_BLOCK_RECORDS", [1 << 16, 64, 500][trial % 3])
         got = _bits(fn_rows.summarise_fn(fn, end, cont))
-        saved = kernels._kernels
+        saved = kernels._lazy.value
         kernels.use_kernels("numpy")
         try:
             want = _bits(fn_rows.summarise_fn(fn, end, cont))
         finally:
-            kernels._kernels, kernels._failed = saved, False
+            kernels._lazy.value, kernels._lazy.failed = saved, False
         assert got == want, (case, trial)
 
 
@@ -271,12 +271,12 @@ def test_collectives_with_and_without_kernels(ks: kernels.Kernels, case: int) ->
                         a["op"][sel]) is not None
         assert used == (sel.size >= 2) or case >= 2   # the kernel's, but for the cases meant for the numpy path
         got = encoder().encode(summarise_collectives(fn))
-        saved = kernels._kernels
+        saved = kernels._lazy.value
         kernels.use_kernels("numpy")
         try:
             want = encoder().encode(summarise_collectives(fn))
         finally:
-            kernels._kernels, kernels._failed = saved, False
+            kernels._lazy.value, kernels._lazy.failed = saved, False
         assert got == want, (case, trial)
 
 
