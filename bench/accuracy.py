@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from eroica.models.reader import read_batches
 from eroica.models.verdict import Verdict
 from eroica.producers.simulator import SimConfig, write_jsonl
@@ -226,13 +228,14 @@ class ScenarioResult:
 
 
 def run_scenario(scale: str, seed: int, sc: Scenario, workdir: Path, profile: str = "default",
-                 holdout: bool = False) -> ScenarioResult:
-    nodes, gpus, steps = SCALES[scale]
+                 holdout: bool = False, steps: int | None = None) -> ScenarioResult:
+    """One scenario simulated and analysed; ``steps`` cuts every run to that many steps (a short trace)."""
+    nodes, gpus, scale_steps = SCALES[scale]
     if profile == "default":
-        cfg = SimConfig(nodes=nodes, gpus=gpus, steps=sc.steps or steps, pp=sc.pp, tp=sc.tp, faults=list(sc.faults),
-                        seed=seed)
-    else:  # the seed's plan chooses the run length (and the sample period)
-        cfg = SimConfig(nodes=nodes, gpus=gpus, steps=sc.steps, pp=sc.pp, tp=sc.tp, faults=list(sc.faults),
+        cfg = SimConfig(nodes=nodes, gpus=gpus, steps=steps or sc.steps or scale_steps, pp=sc.pp, tp=sc.tp,
+                        faults=list(sc.faults), seed=seed)
+    else:  # the seed's plan chooses the run length (and the sample period) unless cut
+        cfg = SimConfig(nodes=nodes, gpus=gpus, steps=steps or sc.steps, pp=sc.pp, tp=sc.tp, faults=list(sc.faults),
                         seed=seed, profile=profile)
     path = workdir / f"{profile}-{scale}-{seed}-{sc.name}.jsonl"
     t_sim = time.perf_counter()
@@ -271,8 +274,9 @@ def observability_notes(truth: dict[str, Any]) -> list[str]:
 def run_all(seeds: int, scales: list[str], only: str | None = None,
             progress: Callable[[ScenarioResult], None] | None = None,
             profiles: tuple[str, ...] = ("default",), holdout: bool = False,
-            first_seed: int = 1) -> list[ScenarioResult]:
-    """Every scenario of every profile, scale and tuning seed (and the held-out seeds with ``holdout``)."""
+            first_seed: int = 1, steps: int | None = None) -> list[ScenarioResult]:
+    """Every scenario of every profile, scale and tuning seed (and the held-out seeds with ``holdout``);
+    ``steps`` cuts every run to that many steps."""
     results = []
     splits = [False, True] if holdout else [False]
     with tempfile.TemporaryDirectory(prefix="eroica-bench-") as tmp:
@@ -285,7 +289,7 @@ def run_all(seeds: int, scales: list[str], only: str | None = None,
                         for sc in make(nodes, gpus, seed):
                             if only and only not in sc.name:
                                 continue
-                            r = run_scenario(scale, seed, sc, Path(tmp), profile, held)
+                            r = run_scenario(scale, seed, sc, Path(tmp), profile, held, steps)
                             results.append(r)
                             if progress:
                                 progress(r)
@@ -316,7 +320,27 @@ def totals(results: list[ScenarioResult]) -> dict[str, Any]:
         "passed": sum(r.passed for r in results),
         "records": sum(r.records for r in results),
         "seconds": round(sum(r.seconds + r.sim_seconds for r in results), 1),
+        "fault_to_alarm": fault_to_alarm_table(results),
     }
+
+
+def fault_to_alarm_table(results: list[ScenarioResult]) -> dict[str, dict[str, Any]]:
+    """Per fault kind: how many were alarmed on, and the median and worst fault-to-alarm in steps and seconds."""
+    by: dict[str, list[Any]] = {}
+    for r in results:
+        for f in r.score.faults:
+            by.setdefault(f.name, []).append(f)
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(by):
+        got = [f for f in by[name] if f.alarm_s is not None]
+        steps = sorted(f.alarm_steps for f in got)
+        secs = sorted(f.alarm_s for f in got)
+        out[name] = {"faults": len(by[name]), "alarmed": len(got),
+                     "median_steps": float(np.median(steps)) if steps else None,
+                     "max_steps": max(steps) if steps else None,
+                     "median_s": round(float(np.median(secs)), 1) if secs else None,
+                     "max_s": round(max(secs), 1) if secs else None}
+    return out
 
 
 def result_json(r: ScenarioResult) -> dict[str, Any]:
@@ -327,6 +351,7 @@ def result_json(r: ScenarioResult) -> dict[str, Any]:
         "expected": [f.expected for f in s.faults], "found": [f.found for f in s.faults],
         "localised": [f.ok for f in s.faults], "victims_blamed": s.victims_blamed, "false_alarms": s.false_alarms,
         "alarms": s.alarms, "notes": r.notes, "records": r.records,
+        "fault_to_alarm_s": [f.alarm_s for f in s.faults], "fault_to_alarm_steps": [f.alarm_steps for f in s.faults],
         "simulate_s": round(r.sim_seconds, 2), "analyze_s": round(r.seconds, 2),
     }
 

@@ -23,6 +23,11 @@ class FaultResult:
     expected: str
     found: str
     ok: bool
+    # fault to alarm: from the fault's onset to the end of the first window that alarms on it (the
+    # earliest instant a live detector can emit that verdict), in seconds and in the job's steps begun
+    # in that time; None when nothing alarmed on it
+    alarm_s: float | None = None
+    alarm_steps: int | None = None
 
 
 @dataclass
@@ -60,6 +65,23 @@ def matches(v: Verdict, f: dict[str, Any], rank_nodes: list[str]) -> bool:
     return v.node in nodes
 
 
+def fault_to_alarm(hits: list[Verdict], fault: dict[str, Any], truth: dict[str, Any]
+                   ) -> tuple[float | None, int | None]:
+    """Seconds and steps from a fault's onset to the end of the first window that alarmed on it.
+
+    The onset is the fault's ``start_ns`` (the job's start when it has none); steps are
+    those the job began after the onset and before that window's end (``step_start_ns``
+    of the truth). None, None without an alarm.
+    """
+    if not hits:
+        return None, None
+    onset = int(fault.get("start_ns") or truth.get("start_ns") or 0)
+    end = min(v.window_end_ns for v in hits)
+    starts = [int(t) for t in truth.get("step_start_ns") or []]
+    steps = sum(1 for t in starts if onset <= t < end)
+    return round(max(0.0, (end - onset) / 1e9), 3), steps
+
+
 def culprit_entities(truth: dict[str, Any]) -> tuple[set[int], set[str]]:
     ranks: set[int] = set()
     nodes: set[str] = set()
@@ -79,7 +101,7 @@ def score_run(verdicts: list[Verdict], truth: dict[str, Any]) -> RunScore:
     for f in truth["faults"]:
         hit = [v for v in alarms if matches(v, f, rank_nodes)]
         found = ", ".join(sorted({describe(v) for v in (hit or alarms)})) or "nothing"
-        s.faults.append(FaultResult(f["name"], _expected(f), found, bool(hit)))
+        s.faults.append(FaultResult(f["name"], _expected(f), found, bool(hit), *fault_to_alarm(hit, f, truth)))
     if truth.get("healthy") or not truth["faults"]:
         s.false_alarms = sorted({describe(v) for v in alarms})
         return s

@@ -7,6 +7,10 @@ import sys
 
 import click
 
+# Fewer steps than the warm-up and one sign-test run (detector.WARMUP_STEPS + SIGN_STEPS) cannot alarm by
+# construction; a shorter cut would measure the rule, not the detector.
+MIN_BENCH_STEPS = 12
+
 
 @click.group()
 def bench() -> None:
@@ -27,10 +31,13 @@ def bench() -> None:
 @click.option("--holdout", is_flag=True,
               help="Also run the held-out seeds, reported apart. Do not look at them while tuning.")
 @click.option("--only", default=None, help="Run only scenarios whose name contains this text.")
+@click.option("--steps", type=click.IntRange(min=MIN_BENCH_STEPS), default=None,
+              help="Cut every run to this many steps (a short trace of a user's own job); default: each "
+                   "scale's or realistic plan's length.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--verbose", "-v", is_flag=True, help="Show every verdict of failing scenarios.")
 def accuracy(seeds: int, scales: tuple[str, ...], profiles: tuple[str, ...], first_seed: int, holdout: bool,
-             only: str | None, fmt: str, verbose: bool) -> None:
+             only: str | None, steps: int | None, fmt: str, verbose: bool) -> None:
     """Run every simulator fault and healthy runs, print a scorecard.
 
     \b
@@ -39,6 +46,7 @@ def accuracy(seeds: int, scales: tuple[str, ...], profiles: tuple[str, ...], fir
       eroica bench accuracy --profile realistic --seeds 5 --scale medium
       eroica bench accuracy --scale small --only nic -v
       eroica bench accuracy --profile realistic --seeds 5 --holdout --format json > scores.json
+      eroica bench accuracy --profile realistic --scale small --steps 30 --holdout
     """
     from eroica.bench.accuracy import (groups, result_json, run_all, run_real_straggler_trace, totals,
                                        window_s)
@@ -50,7 +58,7 @@ def accuracy(seeds: int, scales: tuple[str, ...], profiles: tuple[str, ...], fir
             print(f"  {r.profile} {r.scale} seed {r.seed} {r.scenario.name}: {'pass' if r.passed else 'FAIL'}",
                   file=sys.stderr)
 
-    results = run_all(seeds, list(scales) or ["small", "medium"], only, progress, chosen, holdout, first_seed)
+    results = run_all(seeds, list(scales) or ["small", "medium"], only, progress, chosen, holdout, first_seed, steps)
     real = run_real_straggler_trace() if "default" in chosen and not only else None
     summaries = []
     for profile, held, rs in groups(results):
@@ -98,6 +106,15 @@ def accuracy(seeds: int, scales: tuple[str, ...], profiles: tuple[str, ...], fir
             f"(over {t['healthy_runs']} runs); extra alarms on faulty runs: {t['false_alarms_faulty']}; "
             f"scenarios passed: {t['passed']}/{t['scenarios']} ({t['records']:,} records, {t['seconds']:.0f} s)"
         )
+    for t in summaries:
+        label = f"{t['profile']}{' (held-out seeds)' if t['holdout'] else ''}"
+        lat = Table(title=f"fault to alarm, {label}: onset to the end of the first window alarming on it")
+        for col in ("fault", "alarmed", "median steps", "max steps", "median s", "max s"):
+            lat.add_column(col)
+        for name, row in t["fault_to_alarm"].items():
+            lat.add_row(name, f"{row['alarmed']}/{row['faults']}", *(
+                "-" if row[k] is None else f"{row[k]:g}" for k in ("median_steps", "max_steps", "median_s", "max_s")))
+        console.print(lat)
     if "default" in chosen and not only:
         if real is None:
             console.print("real trace (stragglers/trace-ST.parquet): not found (set EROICA_SHARED)")

@@ -57,6 +57,10 @@ def kineto(files: tuple[str, ...], output: str, job: str | None, node: str | Non
     NCCL collectives, copies and host spans (operators, runtime calls,
     annotations with their stacks) each become an fn record with the step of
     the enclosing ProfilerStep#N; events outside every step are left out.
+    A trace without ProfilerStep markers gets steps from what recurs once per
+    iteration (its Optimizer.step ranges, an exactly repeating pattern of
+    record_function ranges), with a warning; with neither it is refused (exit
+    1): record with torch.profiler.schedule and call prof.step() per iteration.
     """
     from eroica.producers.importers import ImportFailed, import_kineto
 

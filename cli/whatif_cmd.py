@@ -53,8 +53,18 @@ def _jobs(files: tuple[str, ...]):
 
 
 def _lost(s: float) -> float:
-    """Share of throughput lost to a slowdown s."""
+    """Share of throughput lost to a slowdown s (negative below 1: only shares >= MIN_SHOWN_COST are shown)."""
     return 1.0 - 1.0 / s if s > 0 else 0.0
+
+
+def _headline(r: dict) -> str:
+    """The job's sentence: its S and cost, or why S is not measurable on it (never a negative cost)."""
+    head = f"{r['job']}: {r['steps']} steps, {r['step_s']['actual']:.3f} s per step measured"
+    if not r["measurable"]:
+        return f"{head}: S not measurable: {r['reason']}"
+    s = r["slowdown"]
+    return (f"{head}, {r['step_s']['ideal']:.3f} s with every operation at its typical duration: "
+            f"S = {s:.3f}, stragglers cost the job {_lost(s):.0%} of its throughput")
 
 
 def render_table(results: list[dict]) -> None:
@@ -74,12 +84,9 @@ def render_table(results: list[dict]) -> None:
         return
     names = {"by_rank": "rank", "by_dp": "dp index", "by_stage": "stage", "by_fn": "function"}
     for r in results:
-        s = r["slowdown"]
-        console.print(wrap(
-            f"{r['job']}: {r['steps']} steps, {r['step_s']['actual']:.3f} s per step measured, "
-            f"{r['step_s']['ideal']:.3f} s with every operation at its typical duration: "
-            f"S = {s:.3f}, stragglers cost the job {_lost(s):.0%} of its throughput", console.width - 1),
-            markup=False, highlight=False)
+        console.print(wrap(_headline(r), console.width - 1), markup=False, highlight=False)
+        if not r["measurable"]:
+            continue
         table = Table(show_lines=False)
         for col in ("by", "who", "S_X", "throughput cost"):
             table.add_column(col, no_wrap=col != "who", overflow="fold")
@@ -121,6 +128,12 @@ def whatif(files: tuple[str, ...], fmt: str, peers: str, stat: str, quiet: bool)
     function and micro-batch position). S_X = the replayed step time when only
     the operations of X keep their measured durations / the ideal, for X =
     each rank, data-parallel index, pipeline stage and function.
+
+    \b
+    S is reported only where the replay fits the job: replaying the measured
+    durations must give the measured step time within 5%, and S must not be
+    below 1. Otherwise the job is "not measurable", with the reason (JSON:
+    "measurable": false, "slowdown": null, "reason"), never a negative cost.
 
     \b
     Examples:

@@ -45,6 +45,10 @@ Degree = Annotated[int, msgspec.Meta(ge=1, le=INT32_MAX)]
 Pct = float
 NonNegFloat = float
 
+# The ``fn`` of a ``python`` record that covers a gap no traced call covers (no span open on any
+# thread of the rank): the training loop's own code between the calls a tracer sees. Telemetry-v1
+# reserves the name (a convention, no new field); the detector words findings on it as such.
+UNTRACED_FN = "outside any traced call"
 FN_KINDS = ("python", "kernel", "collective", "memcpy", "dataloader", "optimizer", "io", "other")
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv", "barrier")
 

@@ -154,7 +154,7 @@ def test_a_fault_that_began_inside_the_window_alarms_from_it_when_most_steps_pay
 
     (onset,) = [v for v in window(range(4, 10)) if v.confidence >= 0.5]
     assert (onset.rank, onset.component) == (2, "workload") and onset.confidence >= 0.9
-    assert onset.evidence["persistence"] == {"consecutive_windows": 1}
+    assert onset.evidence["persistence"] == {"consecutive_windows": 1, "steps_shown": 5}
     for late in (range(7, 10), (2, 6)):
         got = window(late)
         assert [v for v in got if v.confidence >= 0.5] == [] and {v.rank for v in got} <= {2}, late

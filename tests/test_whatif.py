@@ -149,3 +149,46 @@ def test_real_straggler_trace_matches_published_result(tmp_path, shared_dir):
     assert set(top2) == {"forward-compute", "backward-compute"}
     assert max(job["by_rank"], key=job["by_rank"].get) in ("6", "7")
     assert job["step_s"]["actual"] == pytest.approx(np.mean(list(pub["step_t_base"].values())), rel=0.01)
+
+
+# --------------------------------------------------------------------------- when S is no measurement
+
+# Three ranks, ops A, B, C in sequence: each rank is slow at a different one (7 s each), so the typical
+# (median) durations compose a 9 s step that no rank ran: S = 7 / 9 < 1.
+ANTI = [(r, 0, fn, "kernel", start, dur) for r, durs in enumerate([(3, 3, 1), (3, 1, 3), (1, 3, 3)])
+        for fn, start, dur in zip("ABC", (0.0, durs[0], durs[0] + durs[1]), durs)]
+
+
+def test_s_below_one_is_not_measurable():
+    w = whatif(table(ANTI))
+    assert (w.actual_s, w.replay_s, w.ideal_s) == pytest.approx((7.0, 7.0, 9.0))  # the replay fits the job
+    assert not w.measurable and np.isnan(w.slowdown)
+    assert "S = 0.778 < 1" in w.reason and "does not fit" in w.reason
+    out = w.to_json("j")
+    assert out["measurable"] is False and out["slowdown"] is None and out["reason"] == w.reason
+    assert out["by_rank"] == out["by_fn"] == {}
+
+
+def test_a_replay_that_misses_the_measured_step_is_not_measurable():
+    # Two members of one all-reduce arrive together but end 2 s apart: the replay ends both at arrival plus
+    # the least duration (1 s) where 3 s were measured. S would be 3, all of it the model's miss.
+    w = whatif(table([(0, 0, "AR", "collective", 0.0, 1.0, "all_reduce", "world"),
+                      (1, 0, "AR", "collective", 0.0, 3.0, "all_reduce", "world")]))
+    assert (w.actual_s, w.replay_s) == pytest.approx((3.0, 1.0))
+    assert not w.measurable and "gives 1.000 s per step where 3.000 s were measured (-67%)" in w.reason
+
+
+def test_cli_prints_no_cost_for_s_below_one(tmp_path):
+    """The table says why, the JSON has no slowdown: never "stragglers cost the job -29%"."""
+    from eroica.models.records import FnRecord, JobRecord, encode_record
+
+    lines = [encode_record(JobRecord(job="anti", world_size=3))]
+    lines += [encode_record(FnRecord(job="anti", node="n0", rank=r, step=s, fn=fn, kind=kind, ts_ns=round(t * S) + 10**18,
+                                     dur_ns=round(d * S))) for r, s, fn, kind, t, d in ANTI]
+    path = tmp_path / "anti.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    (job,) = _whatif_json(str(path))["jobs"]
+    assert job["measurable"] is False and job["slowdown"] is None and "S = 0.778 < 1" in job["reason"]
+    res = CliRunner().invoke(cli, ["whatif", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "S not measurable" in res.stdout and "cost the job" not in res.stdout and "%" not in res.stdout

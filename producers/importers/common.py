@@ -81,6 +81,7 @@ class ImportStats:
     steps: set = field(default_factory=set)
     skipped: Counter = field(default_factory=Counter)   # reason -> events not imported
     warnings: list[str] = field(default_factory=list)
+    inferred_steps: dict[str, int] = field(default_factory=dict)  # source -> steps inferred (no step markers)
 
     def count(self, kind: str, rank: int, step: int) -> None:
         self.records += 1

@@ -57,9 +57,14 @@ Steps
   ``ProfilerStep#N`` spans (any host thread) give step ``N`` to the host spans
   that start inside them; a GPU event gets the step of the runtime call that
   launched it (``args.correlation``), else of the span it starts in. A trace
-  without ``ProfilerStep`` puts everything in step 0. When there are steps,
-  events outside every step (warm-up before the first, work after the last)
-  are not imported, and counted: a step of leftovers would look like a step.
+  without ``ProfilerStep`` gets steps from a span that recurs once per
+  iteration (the ``Optimizer.step#...`` range says how often, an exactly
+  repeating pattern of ``record_function`` ranges where: :mod:`.steps` states
+  the rules and why), numbered 1, 2... within the trace, with a warning that
+  says so; with neither the trace is refused (one line naming the file): one
+  step of everything would look like a measurement and is never written. Events
+  outside every step (warm-up before the first, work after the last) are not
+  imported, and counted: a step of leftovers would look like a step.
 
 Memory: one trace is decoded at a time (msgspec, into typed structs that keep
 only the fields used); its records are sorted and spooled (see
@@ -82,6 +87,7 @@ import msgspec
 from eroica.models.records import FnRecord, JobRecord, encode_record
 
 from .common import ImportFailed, ImportStats, Spool, clip, frame, join_stack, write_spool
+from .steps import NO_STEPS, OPTIMIZER_STEP, Span, find_boundary, fn_name
 
 DEFAULT_GPUS_PER_NODE = 8
 
@@ -94,7 +100,6 @@ GPU_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu
 _LAUNCH_CATS = {"cuda_runtime", "runtime", "cuda_driver"}
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-_COUNTER_SUFFIX = re.compile(r"#\d+$")
 
 _DTYPE_BYTES = {
     "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
@@ -184,11 +189,6 @@ def _int(v: Any) -> int | None:
     return None
 
 
-def fn_name(name: str) -> str:
-    """The function's name across steps: a trailing ``#<counter>`` dropped."""
-    return _COUNTER_SUFFIX.sub("", name) if "#" in name else name
-
-
 def host_kind(cat: str, name: str) -> str:
     """Contract kind of a host span of category ``cat`` (lower-cased)."""
     if name.startswith("Optimizer."):
@@ -270,7 +270,7 @@ def _is_host_collective(name: str) -> bool:
 
 
 class _Steps:
-    """``ProfilerStep#N`` spans, for 'which step contains this instant'."""
+    """Step spans (``ProfilerStep#N``, or inferred), for 'which step contains this instant'."""
 
     def __init__(self, spans: list[tuple[int, int, int]]) -> None:
         spans.sort()
@@ -278,12 +278,7 @@ class _Steps:
         self.ends = [e for _, e, _ in spans]
         self.numbers = [n for _, _, n in spans]
 
-    def __bool__(self) -> bool:
-        return bool(self.starts)
-
     def at(self, ts: int) -> int | None:
-        if not self.starts:
-            return 0
         i = bisect.bisect_right(self.starts, ts) - 1
         # Spans may nest or touch at the edges: look back a little for one that contains ts.
         for j in range(i, max(i - 2, -1), -1):
@@ -292,13 +287,37 @@ class _Steps:
         return None
 
 
+def _steps_of(markers: list[tuple[int, int, int]], annotations: dict[tuple[Any, Any], list[Span]],
+              source: str, stats: ImportStats) -> tuple[_Steps, str]:
+    """The trace's steps and what to call the events outside them.
+
+    The ``ProfilerStep#N`` markers when there are any; else the steps inferred
+    from a span that recurs once per iteration (:mod:`.steps`), with a warning
+    saying so; else the trace is refused: one step of everything is no
+    measurement, and nothing downstream could tell it from one.
+    """
+    if markers:
+        return _Steps(markers), "events outside every ProfilerStep"
+    boundary = find_boundary((sp for spans in annotations.values() for sp in spans), annotations.values())
+    if boundary is None:
+        raise ImportFailed(f"{source}: {NO_STEPS}")
+    stats.warnings.append(f"{source}: no ProfilerStep#N markers; {boundary.describe()}")
+    stats.inferred_steps[source] = boundary.steps
+    return _Steps(boundary.spans()), "events outside every inferred step"
+
+
 def convert_trace(trace: _Trace, *, job: str, rank: int, node: str, stats: ImportStats,
-                  default_group: str | None = None) -> list[tuple[int, bytes]]:
-    """One trace's ``fn`` records as ``(ts_ns, JSON line)``, in no particular order."""
+                  default_group: str | None = None, source: str = "trace") -> list[tuple[int, bytes]]:
+    """One trace's ``fn`` records as ``(ts_ns, JSON line)``, in no particular order.
+
+    Raises :class:`ImportFailed` (naming ``source``) when the trace has no steps and none can be inferred.
+    """
     base = _int(trace.baseTimeNanoseconds) or 0
     threads: dict[tuple[Any, Any], list[tuple[int, int, _Event, str]]] = defaultdict(list)
     gpu: list[tuple[int, int, _Event, str]] = []
     spans: list[tuple[int, int, int]] = []
+    # record_function ranges per thread (and optimizer steps): step boundaries when there is no ProfilerStep
+    annotations: dict[tuple[Any, Any], list[Span]] = defaultdict(list)
     skipped = stats.skipped
     isfinite = math.isfinite
     for e in trace.traceEvents:
@@ -325,9 +344,12 @@ def convert_trace(trace: _Trace, *, job: str, rank: int, node: str, stats: Impor
                 m = _STEP_RE.match(e.name)
                 if m:
                     spans.append((ts, ts + dur, int(m.group(1))))
+            elif cat == "user_annotation" or e.name.startswith(OPTIMIZER_STEP):
+                annotations[(e.pid, e.tid)].append((ts, ts + dur, e.name))
         else:
             gpu.append((ts, dur, e, GPU_KIND[cat]))
-    steps = _Steps(spans)
+    steps, outside_label = _steps_of(spans, annotations, source, stats)
+    del annotations
     step_at = steps.at
 
     out: list[tuple[int, bytes]] = []
@@ -412,7 +434,7 @@ def convert_trace(trace: _Trace, *, job: str, rank: int, node: str, stats: Impor
         tally[(kind, step)] += 1
 
     if outside:
-        skipped["events outside every ProfilerStep"] += outside
+        skipped[outside_label] += outside
     for (kind, step), n in tally.items():
         stats.records += n
         stats.kinds[kind] += n
@@ -451,6 +473,24 @@ def _common_prefix(names: list[str]) -> str:
     return lo[:i]
 
 
+def _check_inferred_steps(stats: ImportStats, traces: int) -> None:
+    """Warn when inferred steps may not line up across the traces.
+
+    Inferred steps are numbered 1, 2... within each trace, so step k names the
+    same iteration on every rank only when their profilers covered the same
+    iterations: different counts say they did not (or that a rule misread
+    one), and a mix with ``ProfilerStep#N`` numbers never lines up.
+    """
+    counts = stats.inferred_steps
+    if counts and len(counts) < traces:
+        stats.warnings.append(f"{len(counts)} of {traces} traces have no ProfilerStep#N markers: their inferred "
+                              "steps (1, 2...) do not line up with the marked ones")
+    elif len(set(counts.values())) > 1:
+        each = ", ".join(f"{src}: {n}" for src, n in counts.items())
+        stats.warnings.append(f"the traces inferred different numbers of steps ({each}): inferred steps are "
+                              "numbered within each trace and may not name the same iteration on every rank")
+
+
 def import_kineto(paths: Sequence[str | Path], output: str | Path, *, job: str | None = None,
                   node: str | None = None, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
                   default_group: str | None = None) -> ImportStats:
@@ -485,11 +525,13 @@ def import_kineto(paths: Sequence[str | Path], output: str | Path, *, job: str |
                 world = max(world or 0, ws)
             where = clip(node) if node else (_hostname(trace, info) or f"node-{rank // gpus_per_node}")
             rank_node[rank] = where
-            run = convert_trace(trace, job=job, rank=rank, node=where, stats=stats, default_group=default_group)
+            run = convert_trace(trace, job=job, rank=rank, node=where, stats=stats, default_group=default_group,
+                                source=str(path))
             del trace
             spool.add(run)
             del run
             stats.sources += 1
+        _check_inferred_steps(stats, len(paths))
         top = max(rank_node) + 1
         if world is None or world < top:
             if world is not None:

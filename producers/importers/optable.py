@@ -30,6 +30,11 @@ Groups (communicators), named so that every member rank names them alike
   ``embedding-dp<d>``. The layernorm all-reduce runs over the tensor-parallel
   group of a (stage, replica): ``tp-stage<s>-dp<d>``.
 
+Steps
+  The ``step`` column is required: ``start_ts`` counts from the start of its
+  step, so a table without it cannot be put in steps (nor in time) and is
+  refused with a one-line error, never imported as one fake step.
+
 Time
   Steps are relative; they are laid end to end from ``start_ns`` (default
   2025-11-13T02:13:20Z, the simulator's): step ``k`` (in step order) starts at
@@ -125,11 +130,33 @@ def load_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def _missing_columns(path: str | Path, names: list[str]) -> str | None:
+    """Why a table lacking some of COLUMNS cannot be imported (one line), None when none is missing.
+
+    Without ``step`` no step can be inferred either: ``start_ts`` counts from
+    the start of each row's own step, so the rows of all steps overlap on one
+    time axis, and neither their time nor the row order (the study's tables
+    are sorted by rank, step and optype) tells which iteration a row ran in.
+    Importing them as one step would be a fake measurement.
+    """
+    missing = [c for c in COLUMNS if c not in names]
+    if not missing:
+        return None
+    if "step" in missing:
+        return (f"{path}: no 'step' column: start_ts counts from the start of each row's step, so the steps "
+                "cannot be inferred from the rows; refusing to import them as one step: export the table with "
+                "its step column (the training iteration of each row)")
+    return f"{path}: not an operation table: no column {', '.join(repr(c) for c in missing)}"
+
+
 def _load_table(path: str | Path) -> dict[str, np.ndarray]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
+        missing = _missing_columns(path, pq.read_schema(path).names)
+        if missing:
+            raise ImportFailed(missing)
         table = pq.read_table(path, columns=list(COLUMNS))
     except (OSError, pa.ArrowInvalid, KeyError) as exc:
         raise ImportFailed(f"{path}: not a readable operation table: {exc}") from None

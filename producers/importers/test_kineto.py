@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 import msgspec
 import pytest
@@ -115,6 +116,104 @@ def test_test_trace_imports(shared_dir, tmp_path):
     assert len({r.step for r in fns}) == 6
 
 
+def strip_trace(src: Path, dst: Path, drop: Callable[[dict], bool]) -> Path:
+    """A copy of a real trace in ``dst`` (tmp) without the events ``drop`` says yes to."""
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not drop(e)]
+    dst.write_text(json.dumps(doc))
+    return dst
+
+
+def named(*prefixes: str) -> Callable[[dict], bool]:
+    return lambda e: str(e.get("name", "")).startswith(prefixes)
+
+
+def ranges_but_optimizer(e: dict) -> bool:
+    """ProfilerStep and every record_function range but the optimizer's."""
+    return named("ProfilerStep#")(e) or (e.get("cat") == "user_annotation" and not named("Optimizer.step#")(e))
+
+
+def _key(r: FnRecord) -> tuple:
+    return r.ts_ns, r.fn, r.dur_ns, r.stream
+
+
+def _imported(src: Path, out: Path) -> Path:
+    import_kineto([src], out)
+    return out
+
+
+def _steps_against_markers(src: Path, tmp_path: Path, drop: Callable[[dict], bool]) -> tuple[list, list, list]:
+    """(warnings, inferred records, (marked step, inferred step) of each record both imports wrote)."""
+    _, marked = read_all(_imported(src, tmp_path / "marked.jsonl"))
+    stats = import_kineto([strip_trace(src, tmp_path / "stripped.json", drop)], tmp_path / "inferred.jsonl")
+    _, inferred = read_all(tmp_path / "inferred.jsonl")
+    step_of = {_key(r): r.step for r in marked}
+    pairs = [(step_of[_key(r)], r.step) for r in inferred if _key(r) in step_of]
+    # Every inferred record was imported with the markers too, but for the few in the gaps between two
+    # ProfilerSteps (20 of 62,825 on control); and most of the marked ones are in a complete inferred step.
+    assert len(pairs) >= 0.999 * len(inferred) and len(pairs) >= 0.45 * len(marked)
+    return stats.warnings, inferred, pairs
+
+
+def test_real_trace_without_markers_gets_the_marked_steps(shared_dir, tmp_path):
+    """control.json.gz without its ProfilerStep#1009..1014: its ranges repeat with one optimizer step in
+    each, and the steps come out as the markers had them, record for record."""
+    d = _kineto(shared_dir)
+    warnings, inferred, pairs = _steps_against_markers(d / "control.json.gz", tmp_path, named("ProfilerStep#"))
+    assert any("5 steps inferred from the repeating pattern of record_function ranges, one "
+               "'Optimizer.step#FusedAdam.step' in each: each '## metrics:add ##' ends one" in w for w in warnings)
+    # 6 iterations, 5 complete steps: the first is left out (it may be partial); step k is marked 1009 + k.
+    assert sorted({r.step for r in inferred}) == [1, 2, 3, 4, 5]
+    assert len(pairs) > 60_000 and all(m == k + 1009 for m, k in pairs)
+
+
+def test_real_trace_optimizer_step_alone(shared_dir, tmp_path):
+    """control.json.gz without ProfilerStep and any range but Optimizer.step: each update ends a step."""
+    d = _kineto(shared_dir)
+    warnings, inferred, pairs = _steps_against_markers(d / "control.json.gz", tmp_path, ranges_but_optimizer)
+    assert any("5 steps inferred from the optimizer step: each 'Optimizer.step#FusedAdam.step' ends one" in w
+               for w in warnings)
+    assert sorted({r.step for r in inferred}) == [1, 2, 3, 4, 5]
+    # Step k is marked step 1009 + k but for the work after the update, which opens the next inferred step
+    # instead of closing its marked one (97% of the records in the same step, measured).
+    assert sum(m == k + 1009 for m, k in pairs) / len(pairs) >= 0.95
+    assert all(m - k in (1008, 1009) for m, k in pairs)
+
+
+def test_real_trace_pattern_alone_and_refusal(shared_dir, tmp_path):
+    """sampled_rank-0 without ProfilerStep and Optimizer ranges: its record_function ranges repeat (8 per
+    iteration), so its one complete iteration (marked 552) is found; without any range it is refused."""
+    d = _kineto(shared_dir)
+    src = d / "sampled_rank-0.json.gz"
+    warnings, inferred, pairs = _steps_against_markers(src, tmp_path, named("ProfilerStep#", "Optimizer."))
+    assert any("1 step inferred from the repeating pattern of record_function ranges: each "
+               "'## sdd_wait_tensors ##' ends one" in w for w in warnings)
+    assert {r.step for r in inferred} == {1} and all(m == 552 for m, _ in pairs)
+    bare = strip_trace(src, tmp_path / "bare.json", lambda e: named("ProfilerStep#")(e) or e.get("cat") == "user_annotation")
+    res = CliRunner().invoke(cli, ["import", "kineto", str(bare), "-o", str(tmp_path / "bare.jsonl")])
+    assert res.exit_code == 1 and not (tmp_path / "bare.jsonl").exists()
+    (line,) = res.stderr.splitlines()
+    assert line.startswith(f"error: {bare}: no ProfilerStep#N markers") and "prof.step()" in line
+
+
+def test_whatif_on_a_trace_without_markers_reports_no_cost(shared_dir, tmp_path):
+    """The observed bug: sampled ranks without markers imported as one step, then whatif printed a cost.
+    Now the steps are inferred (one complete iteration), and whatif says S is not measurable there: the
+    replay of the measured durations misses the measured step by far more than any cost it could show."""
+    d = _kineto(shared_dir)
+    srcs = [strip_trace(d / f"sampled_rank-{r}.json.gz", tmp_path / f"s{r}.json", named("ProfilerStep#"))
+            for r in (0, 1)]
+    out = tmp_path / "s.jsonl"
+    assert CliRunner().invoke(cli, ["import", "kineto", *map(str, srcs), "-o", str(out)]).exit_code == 0
+    res = CliRunner().invoke(cli, ["whatif", str(out), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    (job,) = json.loads(res.stdout)["jobs"]
+    assert job["steps"] == 1 and job["measurable"] is False and job["slowdown"] is None
+    assert "does not fit" in job["reason"] and job["by_rank"] == {}
+    table = CliRunner().invoke(cli, ["whatif", str(out)]).stdout
+    assert "S not measurable" in table and "cost" not in table  # the bug: "stragglers cost the job -43%"
+
+
 # --------------------------------------------------------------------------- hand-built traces
 
 
@@ -154,13 +253,16 @@ def test_us_to_ns_and_base_time(tmp_path):
     assert us_to_ns(1682725898236567.0) == 1682725898236567000  # integer µs convert exactly
     assert us_to_ns(1700000000000000.5) == 1700000000000000500
     assert us_to_ns(12.345) == 12345
-    fns, _ = run(tmp_path, [X("kernel", "k", T0 + 0.5, 2.25, pid=0, tid=7, stream=7)])
-    assert (fns[0].ts_ns, fns[0].dur_ns) == (T0 * 1000 + 500, 2250)
+    fns, _ = run(tmp_path, two_steps() + [X("kernel", "k", T0 + 0.5, 2.25, pid=0, tid=7, stream=7)])
+    k = next(r for r in fns if r.fn == "k")
+    assert (k.ts_ns, k.dur_ns) == (T0 * 1000 + 500, 2250)
     # baseTimeNanoseconds: ts is relative to it.
     base = 1_750_000_000_123_456_789
-    fns, _ = run(tmp_path, [X("kernel", "k", 12.345, 1.5, pid=0, tid=7, stream=7)],
+    fns, _ = run(tmp_path, [X("user_annotation", "ProfilerStep#3", 10, 100),
+                            X("kernel", "k", 12.345, 1.5, pid=0, tid=7, stream=7)],
                  top={"baseTimeNanoseconds": base})
-    assert (fns[0].ts_ns, fns[0].dur_ns, fns[0].step) == (base + 12345, 1500, 0)
+    k = next(r for r in fns if r.fn == "k")
+    assert (k.ts_ns, k.dur_ns, k.step) == (base + 12345, 1500, 3)
 
 
 def test_step_assignment_via_correlation(tmp_path):
@@ -188,9 +290,91 @@ def test_step_assignment_via_correlation(tmp_path):
     assert {r.step for r in fns if r.fn == "ProfilerStep"} == {5, 6}
 
 
-def test_no_profiler_step_means_step_zero(tmp_path):
-    fns, stats = run(tmp_path, [X("cpu_op", "aten::mm", T0, 10), X("kernel", "gemm", T0 + 5, 3, pid=0, tid=7)])
-    assert {r.step for r in fns} == {0} and len(fns) == 2 and not stats.skipped
+def test_no_markers_and_no_boundary_is_refused(tmp_path):
+    """Never one fake step: no ProfilerStep and nothing recurring per iteration -> one line, exit 1, no output."""
+    p = write_trace(tmp_path / "bare.json", [X("cpu_op", "aten::mm", T0, 10), X("kernel", "gemm", T0 + 5, 3, pid=0, tid=7),
+                                             X("user_annotation", "## forward ##", T0, 20),
+                                             X("user_annotation", "## backward ##", T0 + 20, 20),
+                                             X("user_annotation", "Optimizer.step#SGD.step", T0 + 40, 5)])
+    out = tmp_path / "bare.jsonl"
+    with pytest.raises(ImportFailed, match="bare.json: no ProfilerStep#N markers") as err:
+        import_kineto([p], out)
+    assert "\n" not in str(err.value) and "prof.step()" in str(err.value)
+    assert not out.exists()
+    res = CliRunner().invoke(cli, ["import", "kineto", str(p), "-o", str(out)])
+    assert res.exit_code == 1 and not out.exists()
+    (line,) = res.stderr.splitlines()
+    assert line.startswith(f"error: {p}: no ProfilerStep#N markers") and "torch.profiler.schedule" in line
+
+
+def iteration(t: int, corr: int, opt: str = "Optimizer.step#SGD.step") -> list:
+    """One training iteration of 100 µs from ``t``: load, forward (launching a kernel that runs after the
+    optimizer step has ended), optimizer step."""
+    return [
+        X("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", t, 10),
+        X("user_annotation", "## forward ##", t + 10, 50),
+        X("cpu_op", "aten::mm", t + 12, 20),
+        X("cuda_runtime", "cudaLaunchKernel", t + 13, 2, correlation=corr),
+        X("kernel", "gemm", t + 96, 3, pid=0, tid=7, stream=7, correlation=corr),
+        X("user_annotation", opt, t + 70, 25),
+        X("cpu_op", "aten::add_", t + 75, 5),
+    ]
+
+
+def test_steps_inferred_from_the_optimizer_step(tmp_path):
+    # Four iterations; an EMA optimizer stepped every other one recurs less and is not the boundary. The
+    # ranges then repeat every two iterations, and the EMA would end each such step: two SGD updates in
+    # one step, so the optimizer step alone gives the steps.
+    ev = [e for i in range(4) for e in iteration(T0 + 100 * i, i + 1)]
+    ev += [X("user_annotation", "Optimizer.step#EMA.step", T0 + 100 * i + 96, 2) for i in (0, 2)]
+    fns, stats = run(tmp_path, ev)
+    # Boundaries at the ends of the 4 SGD steps: 3 complete steps; the first iteration (it may be partial)
+    # and the EMA step after the last boundary are left out.
+    assert sorted({r.step for r in fns}) == [1, 2, 3]
+    assert any("3 steps inferred from the optimizer step: each 'Optimizer.step#SGD.step' ends one" in w
+               for w in stats.warnings)
+    assert stats.skipped["events outside every inferred step"] > 0 and stats.inferred_steps
+    by_step: dict[int, Counter] = {}
+    for r in fns:
+        by_step.setdefault(r.step, Counter())[r.fn] += 1
+    # Step k: the tail of iteration k-1 (its EMA step, if any), then iteration k's load, forward, kernel, update.
+    for k in (1, 2, 3):
+        assert by_step[k]["Optimizer.step#SGD.step"] == 1 and by_step[k]["gemm"] == 1
+        assert by_step[k]["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"] == 1
+    assert by_step[1]["Optimizer.step#EMA.step"] == 1 and by_step[3]["Optimizer.step#EMA.step"] == 1
+    # A kernel running after its step's boundary keeps the step of its launch (correlation), as with markers.
+    gemm = {r.ts_ns: r.step for r in fns if r.fn == "gemm"}
+    assert gemm == {(T0 + 100 * k + 96) * 1000: k for k in (1, 2, 3)}
+
+
+def test_steps_inferred_from_a_repeating_pattern(tmp_path):
+    # No optimizer range: the outermost record_function ranges repeat exactly (data, fwd, bwd) x 3.
+    ev = []
+    for i in range(3):
+        t = T0 + 100 * i
+        ev += [X("user_annotation", "## data ##", t, 10), X("user_annotation", "## fwd ##", t + 10, 40),
+               X("user_annotation", "## layer ##", t + 12, 5), X("user_annotation", "## layer ##", t + 20, 5),
+               X("user_annotation", "## bwd ##", t + 50, 45), X("cpu_op", "aten::mm", t + 55, 5)]
+    fns, stats = run(tmp_path, ev)
+    assert sorted({r.step for r in fns}) == [1, 2]
+    assert any("2 steps inferred from the repeating pattern of record_function ranges: each '## bwd ##' ends one" in w
+               for w in stats.warnings)
+    assert Counter(r.fn for r in fns if r.step == 2) == {"## data ##": 1, "## fwd ##": 1, "## layer ##": 2,
+                                                         "## bwd ##": 1, "aten::mm": 1}
+    # One extra range in one iteration: no exact repeat, and a name that merely recurs proves nothing.
+    ev.append(X("user_annotation", "## checkpoint ##", T0 + 96, 2))
+    with pytest.raises(ImportFailed, match="no ProfilerStep#N markers"):
+        run(tmp_path, ev)
+
+
+def test_inferred_steps_that_may_not_line_up_are_warned(tmp_path):
+    p0 = write_trace(tmp_path / "r0.json", [e for i in range(4) for e in iteration(T0 + 100 * i, i + 1)], rank=0)
+    p1 = write_trace(tmp_path / "r1.json", [e for i in range(3) for e in iteration(T0 + 100 * i, i + 1)], rank=1)
+    p2 = write_trace(tmp_path / "r2.json", two_steps(), rank=1)
+    stats = import_kineto([p0, p1], tmp_path / "a.jsonl")
+    assert any("different numbers of steps" in w for w in stats.warnings)
+    stats = import_kineto([p0, p2], tmp_path / "b.jsonl")
+    assert any("1 of 2 traces have no ProfilerStep#N markers" in w for w in stats.warnings)
 
 
 def test_host_kinds_names_and_stacks(tmp_path):
@@ -327,15 +511,15 @@ def test_multi_file_merge_ranks_and_nodes(tmp_path):
 
 
 def test_rank_fallback_and_bad_input(tmp_path):
-    p = write_trace(tmp_path / "a.json", [X("kernel", "k", T0, 1, pid=0, tid=7)], rank=None)
+    p = write_trace(tmp_path / "a.json", two_steps() + [X("kernel", "k", T0, 1, pid=0, tid=7)], rank=None)
     stats = import_kineto([p], tmp_path / "a.jsonl")
     assert any("no distributedInfo" in w for w in stats.warnings)
     jobs, fns = read_all(tmp_path / "a.jsonl")
-    assert jobs[0].world_size == 1 and fns[0].rank == 0
+    assert jobs[0].world_size == 1 and {r.rank for r in fns} == {0}
     # A bare event array (plain Chrome trace) is accepted.
-    (tmp_path / "b.json").write_text(json.dumps([X("cpu_op", "aten::mm", T0, 1)]))
+    (tmp_path / "b.json").write_text(json.dumps(two_steps() + [X("cpu_op", "aten::mm", T0 + 1, 1)]))
     import_kineto([tmp_path / "b.json"], tmp_path / "b.jsonl")
-    assert read_all(tmp_path / "b.jsonl")[1][0].fn == "aten::mm"
+    assert [r.fn for r in read_all(tmp_path / "b.jsonl")[1]] == ["ProfilerStep", "aten::mm", "ProfilerStep"]
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ImportFailed, match="bad.json"):

@@ -165,3 +165,21 @@ def test_bad_table(tmp_path):
         import_optable(bad, tmp_path / "x.jsonl")
     res = CliRunner().invoke(cli, ["import", "optable", str(bad), "-o", str(tmp_path / "x.jsonl")])
     assert res.exit_code == 1 and "error:" in res.output
+
+
+def test_table_without_steps_is_refused(tmp_path):
+    """No step column: start_ts is relative to each row's step, so no step can be inferred; one line, exit 1."""
+    rows = [(0, 0, 0, s, o, t, 0.5) for s in (1, 2) for o, t in (("forward-compute", 0.0), ("optimizer", 0.5))]
+    p = write_table(tmp_path / "nostep.parquet", rows)
+    pq.write_table(pq.read_table(p).drop_columns(["step"]), p)
+    out = tmp_path / "nostep.jsonl"
+    with pytest.raises(ImportFailed, match="nostep.parquet: no 'step' column"):
+        import_optable(p, out)
+    res = CliRunner().invoke(cli, ["import", "optable", str(p), "-o", str(out)])
+    assert res.exit_code == 1 and not out.exists()
+    (line,) = res.stderr.splitlines()
+    assert line.startswith(f"error: {p}: no 'step' column") and "one step" in line
+    # Another missing column is named as such.
+    pq.write_table(pq.read_table(write_table(p, rows)).drop_columns(["duration"]), p)
+    with pytest.raises(ImportFailed, match="not an operation table: no column 'duration'"):
+        import_optable(p, out)

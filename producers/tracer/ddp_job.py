@@ -10,7 +10,8 @@ rank without any change here). Run it under torchrun::
 ``--slow-rank R --slow-factor F`` makes rank R's forward do F times more
 compute (extra matrix products beside the model's own, whose results are
 discarded), the way one rank with a slower chip or a busier CPU would;
-``--slow-data-ms M`` makes its input pipeline take M ms more per batch;
+``--slow-data-ms``, ``--slow-loop-ms``, ``--gap-ms`` plant the slowdowns of
+:mod:`.job_faults` (its loader, its loop's own Python, a pause) on that rank;
 ``--slow-backward F`` gives its *backward* F times the model's products
 more, between the first layer and the rest: with ``--bucket-mb`` small,
 the all-reduces of the later layers' buckets run while it computes (DDP's
@@ -31,6 +32,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
+
+from eroica.producers.tracer import job_faults
 
 
 class _BurnInBackward(torch.autograd.Function):
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-factor", type=float, default=0.0, help="extra forward compute on the slow rank")
-    ap.add_argument("--slow-data-ms", type=float, default=0.0, help="extra time per batch in the slow rank's loader")
+    job_faults.add_arguments(ap)
     ap.add_argument("--slow-backward", type=float, default=0.0, help="extra backward compute on the slow rank")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's gradient bucket size (MB)")
     ap.add_argument("--stats", default=None, help="rank 0 writes step times here (JSON)")
@@ -105,15 +108,10 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed + rank)
     n = args.batch * 64
     data = TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,)))
-    slow_data = args.slow_data_ms / 1e3 if rank == args.slow_rank else 0.0
-
-    def collate(items):  # the slow rank's input pipeline takes longer per batch (a slow disk, a busy decoder)
-        if slow_data:
-            time.sleep(slow_data)
-        return torch.utils.data.default_collate(items)
-
-    loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True, collate_fn=collate)
     slow = rank == args.slow_rank
+    # the slow rank's input pipeline takes longer per batch (a slow disk, a busy decoder)
+    loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True,
+                        collate_fn=job_faults.slow_collate(args.slow_data_ms if slow else 0.0))
     model = DDP(Net(args.width, args.depth, args.slow_factor if slow else 0.0, args.slow_backward if slow else 0.0),
                 bucket_cap_mb=args.bucket_mb)
     if args.python_comm_hook:
@@ -132,8 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         for x, y in loader:
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
+            job_faults.pause(args.gap_ms if slow else 0.0)
             loss.backward()
             opt.step()
+            job_faults.spin(args.slow_loop_ms if slow else 0.0)
             now = time.perf_counter()
             step_times.append(now - last)
             last = now

@@ -7,7 +7,8 @@ parameters are all-gathered before its forward (and again before its
 backward) and its gradients reduce-scattered after its backward. Like
 :mod:`.ddp_job` it knows nothing of Eroica; ``--slow-rank R --slow-factor F``
 gives rank R's forward F times more compute (extra matrix products beside the
-model's own, whose results are discarded). Run it under torchrun::
+model's own, whose results are discarded); the options of :mod:`.job_faults`
+plant its other slowdowns on that rank. Run it under torchrun::
 
     torchrun --standalone --nproc-per-node 4 -m eroica.producers.tracer.fsdp_job --api fsdp2 --steps 100 \\
         --slow-rank 2 --slow-factor 3
@@ -23,6 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from eroica.producers.tracer import job_faults
 
 
 class Block(nn.Module):
@@ -84,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--slow-rank", type=int, default=-1)
     ap.add_argument("--slow-factor", type=float, default=0.0, help="extra forward compute on the slow rank")
     ap.add_argument("--seed", type=int, default=0)
+    job_faults.add_arguments(ap)
     args = ap.parse_args(argv)
 
     warnings.filterwarnings("ignore")  # FSDP warns about CPU use at every wrap
@@ -95,15 +99,20 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed + rank)
     n = args.batch * 32
     data = TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,)))
-    loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True)
+    slow = rank == args.slow_rank
+    loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True,
+                        collate_fn=job_faults.slow_collate(args.slow_data_ms if slow else 0.0))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     step = 0
     while step < args.steps:
         for x, y in loader:
             opt.zero_grad(set_to_none=True)
-            loss_fn(model(x), y).backward()
+            loss = loss_fn(model(x), y)
+            job_faults.pause(args.gap_ms if slow else 0.0)
+            loss.backward()
             opt.step()
+            job_faults.spin(args.slow_loop_ms if slow else 0.0)
             step += 1
             if step >= args.steps:
                 break

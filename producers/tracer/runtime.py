@@ -37,12 +37,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from eroica.models.records import UNTRACED_FN
+
 time_ns = time.time_ns
 
 DEFAULT_CAPACITY = 100_000      # queued records (a few hundred bytes each) before new ones are dropped
 DEFAULT_FLUSH_S = 0.5
 WATERMARK_HORIZON_NS = 30 * 10**9  # open spans older than this do not hold the declared watermark
 DEFAULT_HANG_S = 60.0           # a span open this long is dumped as in_flight (hang evidence)
+# Time no traced call covers (no span open on any thread): the training loop's own Python between
+# the calls the tracer sees (a per-step metric, logging, a sleep). Recorded as a ``python`` record
+# named UNTRACED_FN (models.records), one per gap, so the detector compares it across ranks like
+# any function.
+# Shorter gaps are the hook-to-hook bookkeeping between back-to-back calls: dropping them loses at
+# most this much per gap and keeps the records per step few.
+MIN_GAP_NS = 10_000
 WRITE_BATCH = 20_000
 MAX_STR = 256
 
@@ -160,6 +169,7 @@ class Tracer:
         self._advance = False
         self._q: deque = deque()
         self._open: dict[int, tuple] = {}
+        self._idle_since: int | None = None  # when the last open span closed (None: a span is open, or none yet)
         self._ids = itertools.count(1)
         self._dumped: set[int] = set()
         self.dropped = 0
@@ -200,7 +210,14 @@ class Tracer:
     def begin(self, fn: str, kind: str, extra: Extra | None = None, step: int | None = None) -> int:
         """Open a span; returns its token for :meth:`end`."""
         tok = next(self._ids)
-        self._open[tok] = (fn, kind, time_ns(), self.step if step is None else step, extra)
+        now = time_ns()
+        at = self.step if step is None else step
+        idle = self._idle_since
+        if idle is not None and not self._open:
+            self._idle_since = None
+            if now - idle >= MIN_GAP_NS:  # the gap belongs to the step of the call that ends it
+                self.emit(UNTRACED_FN, "python", idle, now - idle, at)
+        self._open[tok] = (fn, kind, now, at, extra)
         return tok
 
     def end(self, tok: int | None, extra: Extra | None = None, start_ns: int | None = None,
@@ -221,9 +238,12 @@ class Tracer:
         now = time_ns() if end_ns is None else end_ns
         ts = s[2] if start_ns is None else min(max(s[2], start_ns), now)
         self.emit(s[0], s[1], ts, max(0, now - ts), s[3], s[4] if extra is None else extra)
+        if not self._open:
+            self._idle_since = now
 
     def discard(self, tok: int | None) -> None:
-        self._open.pop(tok, None)
+        if self._open.pop(tok, None) is not None and not self._open:
+            self._idle_since = time_ns()
 
     def emit(self, fn: str, kind: str, ts_ns: int, dur_ns: int, step: int, extra: Extra | None = None,
              in_flight: bool = False) -> None:

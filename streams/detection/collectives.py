@@ -57,10 +57,17 @@ class CollectiveStats:
     # (R,) mean over steps of time spent waiting: what an intermittent straggler (a loader
     # that runs dry in one step of four) costs the others, which the median does not show
     wait_mean_per_step: np.ndarray | None = None
+    # (R,) as wait_per_step, in the collectives every member joins at once only (no send / recv): a
+    # pipeline's point-to-point waits depend on the rank's place in the pipeline by design
+    sync_wait_per_step: np.ndarray | None = None
 
     @property
     def mean_waits(self) -> np.ndarray:
         return self.wait_per_step if self.wait_mean_per_step is None else self.wait_mean_per_step
+
+    @property
+    def sync_waits(self) -> np.ndarray:
+        return self.wait_per_step if self.sync_wait_per_step is None else self.sync_wait_per_step
 
 
 def summarise_collectives(fn: Columns) -> CollRows:
@@ -185,10 +192,13 @@ def collective_stats(d: WindowDigest, ranks: np.ndarray, rank_node: dict[int, st
     wait_ps = group_quantiles(rs_slot, wait_rs, n_r, (0.5,))[0]
     wait_mean = np.bincount(rs_slot, weights=wait_rs, minlength=n_r) / np.maximum(np.bincount(rs_slot, minlength=n_r), 1)
     xfer_ps = group_quantiles(rs_slot, group_sum(rs, xfer[ok], n_rs), n_r, (0.5,))[0]
+    sync_ps = wait_ps if not p2p.any() else group_quantiles(
+        rs_slot, group_sum(rs, np.where(p2p[ok], 0.0, wait[ok]), n_rs), n_r, (0.5,))[0]
 
     groups = _group_stats(names, _Rows(grp, step, rank, dur, nbytes, p2p, ops), matched,
                           (gs, n_gs, gs_first, transfer), rank_node)
-    return CollectiveStats(ranks, np.nan_to_num(wait_ps), np.nan_to_num(xfer_ps), groups, np.nan_to_num(wait_mean))
+    return CollectiveStats(ranks, np.nan_to_num(wait_ps), np.nan_to_num(xfer_ps), groups, np.nan_to_num(wait_mean),
+                           np.nan_to_num(sync_ps))
 
 
 @dataclass

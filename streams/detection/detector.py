@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from eroica.models.digest import INTERIOR, WindowDigest
-from eroica.models.records import JobRecord
+from eroica.models.records import UNTRACED_FN, JobRecord
 from eroica.models.verdict import Verdict, finding_key, incident_id, verdict_id
 
 from . import attribution as attr
@@ -41,7 +41,8 @@ from .link_findings import link_findings
 from .links import nic_anomalies
 from .patterns import K_KERNEL, K_MEMCPY, JobArrays, Patterns, build_patterns
 from .ports import classify
-from .peers import Cell, abnormal_cells, category_of, host_category_cells, node_cells, role_ratio
+from .peers import (Cell, abnormal_cells, category_of, host_category_cells, node_cells, role_ratio,
+                    stage_agnostic_cells)
 from .robust import robust_z
 from .summarise import digest_window
 from .windows import JobWindow
@@ -150,13 +151,17 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
     findings = _one_per_culprit(findings)
     lo = _first_step(d)
     first_step = history.first_step if history.first_step >= 0 else (lo if lo is not None else -1)
-    warmup = lo is not None and first_step >= 0 and lo < first_step + WARMUP_STEPS
-    streak = _stabilise(findings, d.job, history, warmup)
+    warm = max(0, first_step + WARMUP_STEPS - lo) if lo is not None and first_step >= 0 else 0
+    window_steps = float(np.median(p.steps)) if p is not None and p.ranks.size else 0.0
+    warmup = warm > 0 and window_steps - warm < MIN_STEPS
+    steps_of = {i: evidence_steps(f, _culprit_steps(f, p, layout), warm) for i, f in enumerate(findings)} \
+        if p is not None and p.ranks.size else {}
+    streak, streak_steps = _stabilise(findings, d.job, history, warmup, steps_of)
     regressed = {f.fn for f in findings if f.component == "software"}
     # warm-up windows do enter the regression reference: it is a minimum of low
     # quantiles, which slower warm-up steps can only raise (never a false regression)
     new_history = with_window(history, p if enough else None, d.start_ns, streak, regressed)
-    new_history = msgspec.structs.replace(new_history, first_step=first_step)
+    new_history = msgspec.structs.replace(new_history, first_step=first_step, streak_steps=streak_steps)
     if p is not None and enough:
         new_history = msgspec.structs.replace(
             new_history, pauses=[*history.pauses, pause_now][-(PAUSE_WINDOWS - 1):],
@@ -275,26 +280,36 @@ def _one_per_culprit(findings: list[Finding]) -> list[Finding]:
     return sorted(best.values(), key=lambda f: (f.kind, f.component, f.scope, f.node, f.rank, f.fn))
 
 
-PERSIST_WINDOWS = 2      # a finding must be seen in this many consecutive windows ...
+PERSIST_WINDOWS = 2      # a finding must be confirmed this many times (windows, or runs of SIGN_STEPS steps) ...
 OVERWHELMING = 0.9       # ... unless a single window is this sure
 UNCONFIRMED_CAP = 0.45   # below the alarm level of 0.5
 STEADY_SHARE = 0.5       # share of a rank's excess its best step must still pay to be a steady level
 # A fault that begins inside a window shows in that window's later steps only: its best step is
-# healthy, so it is not steady, and with two windows to confirm the alarm would come after the
-# *next* window: up to 2 windows and the pipeline's delay after the onset. When the median step
-# pays the level it lasted most of the window; a median of at least 5 steps needs 3 odd steps to
-# move, where odd steps (a GC pause, a kernel spike, a checkpoint) come one or two at a time and
-# the peer test needs them on the same rank and function. An overwhelming level in most steps of
-# at least 5 may alarm from its onset window: a clear fault is named at the end of its onset window
-# when it began in the first half of it, else at the end of the next one (at most 1.5 windows and
-# the pipeline's delay after the onset, against 2 windows and that delay with the two-window rule).
+# healthy, so it is not steady. When the median step pays the level it lasted most of the window;
+# a median of at least 5 steps needs 3 odd steps to move, where odd steps (a GC pause, a kernel
+# spike, a checkpoint) come one or two at a time and the peer test needs them on the same rank and
+# function. Such a finding is a level shift inside the window (a change point): the steps after it
+# are at least half the window's, and each of them pays the level.
 MOST_STEPS_MIN = 5
+# Evidence in steps, not windows: a one-sided sign test. Under the null hypothesis that the culprit
+# is one of its peers (exchangeable with them), it is slower than the peers' median in a step with
+# probability 1/2, independently of the other steps, so slower in k of k steps with probability
+# 2^-k. A steady finding (its best step, the 5% low quantile, still pays half the excess) is
+# slower in about every step it holds; a level shift since an onset inside the window
+# (``most_steps``) in every step since that onset, at least half the window's. SIGN_STEPS = 7
+# steps give 2^-7 < 1%: one such run of steps is one confirmation, as one window was, so a short
+# trace (one window of 120 fast steps) or a fault in its onset window is confirmed by its steps,
+# while a window of three 10 s steps still needs the next window. One odd step is k = 1 (never
+# steady, never most steps): it never confirms anything.
+SIGN_STEPS = 7
 
 
 # A job's first steps are its warm-up: compilation, autotuning, allocator growth and
 # NCCL communicator set-up make them slower than any later step, on every rank but
-# not alike. Five steps cover what the field reports (1-5 iterations); for a job
-# with minutes-long steps that is minutes without an alarm, once per job.
+# not alike. Five steps cover what the field reports (1-5 iterations). They are
+# counted from the job's first step seen (the data's, not a window's): a window is
+# judged on its steps after them, and one holding fewer than MIN_STEPS of those
+# neither alarms nor starts a streak (hangs excepted).
 WARMUP_STEPS = 5
 
 
@@ -313,24 +328,44 @@ def _streak_key(job: str, f: Finding) -> str:
     return str(incident_id(finding_key(job, f.kind, obs, f.scope, f.node, f.rank, f.gpu, f.fn)))
 
 
-def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: bool = False) -> dict[str, int]:
-    """Confidence from persistence; returns the new streaks.
+def evidence_steps(f: Finding, steps: float, warm: int) -> int:
+    """How many of the window's steps after the warm-up show the finding, for the sign test (SIGN_STEPS).
+
+    ``steps``: the window's steps of the finding's culprit (its rank's, or the median
+    over the ranks it covers); ``warm``: the window's warm-up steps. A steady level is
+    paid in every step; a level shift (``most_steps``) in every step since its onset,
+    at least half of them; warm-up steps are left out of both (they come first, so an
+    onset-window's later half is counted only where it lies past them).
+    """
+    if f.steady:
+        return max(0, int(steps) - warm)
+    if f.most_steps:
+        return max(0, -(-int(steps) // 2) - warm)
+    return 0
+
+
+def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: bool = False,
+               steps_of: dict[int, int] | None = None) -> tuple[dict[str, int], dict[str, int]]:
+    """Confidence from evidence: the windows and the steps that show each finding; returns the new streaks.
 
     A streak belongs to the finding's culprit, function and observation
     (:func:`.attribution.observation`): a counter that crosses its threshold
     between windows changes the component named, not the evidence counted.
+    ``steps_of``: each finding's evidence steps (by its index in ``findings``:
+    :func:`evidence_steps`), summed over the consecutive windows that showed it.
 
-    Unconfirmed findings (first window) stay below the alarm level unless
-    overwhelming and steady (seen in every step of the window) or paid in most
-    steps of enough of them (``Finding.most_steps``: the onset window of a
-    fault that lasted most of it); each further
-    consecutive window counts as independent evidence (1 - (1 - c)^n, up to
-    three windows), so a moderate but steady problem becomes an alarm while a
-    one-off never does. A job window that holds warm-up steps neither alarms
+    A finding is confirmed once per consecutive window that showed it and once
+    per SIGN_STEPS consecutive steps that paid it (the sign test above),
+    whichever is more. Unconfirmed findings (one confirmation) stay below the
+    alarm level unless overwhelming and paid in most steps; each confirmation
+    counts as independent evidence (1 - (1 - c)^n, up to three), so a moderate
+    but steady problem becomes an alarm while a one-off never does. A window
+    that holds too few steps after the warm-up (``warmup``) neither alarms
     nor starts a streak (hangs excepted).
     """
     streak: dict[str, int] = {}
-    for f in findings:
+    streak_steps: dict[str, int] = {}
+    for i, f in enumerate(findings):
         iid = _streak_key(job, f)
         if f.kind == "hang":
             streak[iid] = history.streak.get(iid, 0) + 1
@@ -341,13 +376,29 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: b
             f.evidence["persistence"] = {"consecutive_windows": 0, "warm_up": True}
             continue
         n = history.streak.get(iid, 0) + 1
+        k = (history.streak_steps.get(iid, 0) if iid in history.streak else 0) + (steps_of or {}).get(i, 0)
         streak[iid] = n
-        f.evidence["persistence"] = {"consecutive_windows": n}
-        if n < PERSIST_WINDOWS and (f.confidence < OVERWHELMING or not (f.steady or f.most_steps)):
+        streak_steps[iid] = k
+        confirmations = max(n, k // SIGN_STEPS)
+        f.evidence["persistence"] = {"consecutive_windows": n, "steps_shown": k}
+        if confirmations < PERSIST_WINDOWS and (f.confidence < OVERWHELMING or not (f.steady or f.most_steps)):
             f.confidence = min(f.confidence, UNCONFIRMED_CAP)
-        elif n >= PERSIST_WINDOWS:
-            f.confidence = round(float(min(0.99, 1.0 - (1.0 - f.confidence) ** min(n, 3))), 3)
-    return streak
+        elif confirmations >= PERSIST_WINDOWS:
+            f.confidence = round(float(min(0.99, 1.0 - (1.0 - f.confidence) ** min(confirmations, 3))), 3)
+    return streak, streak_steps
+
+
+def _culprit_steps(f: Finding, p: Patterns, layout: Layout) -> float:
+    """The window's steps of a finding's culprit: its rank's, else the median over the ranks it covers."""
+    if f.scope == "rank" and f.rank >= 0:
+        slot = p.slot(f.rank)
+        if slot < p.ranks.size and int(p.ranks[slot]) == f.rank:
+            return float(p.steps[slot])
+    members = [p.slot(r) for r in f.culprits] if f.culprits else []
+    if f.scope == "node" and not members:
+        members = [p.slot(r) for r, n in layout.rank_node.items() if n == f.node]
+    members = [m for m in members if m < p.ranks.size]
+    return float(np.median(p.steps[members])) if members else float(np.median(p.steps))
 
 
 def _first_step(d: WindowDigest) -> int | None:
@@ -376,7 +427,7 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
     for c in (abnormal_cells(p, gpu_roles, kernels=True) + abnormal_cells(p, roles, kernels=False)
               + node_cells(p, gpu_roles, layout.rank_node, kernels=True)
               + node_cells(p, roles, layout.rank_node, kernels=False)
-              + host_category_cells(p, roles)):
+              + host_category_cells(p, roles) + stage_agnostic_cells(p, roles)):
         if (c.slot, c.fn) not in seen:  # the plain peer test's cell first, where both see one
             seen.add((c.slot, c.fn))
             by_slot[c.slot].append(c)
@@ -384,6 +435,12 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
     # A loader stalls a step now and then (patterns: judged on its mean per step); the others
     # wait for it in those steps only, so its lateness is read from the mean waits too.
     stall_waits = coll.mean_waits
+    if not layout.rank_stage and any(g.p2p for g in coll.groups):
+        # A pipeline whose stages are too small to read (layout.MIN_INFERRED_STAGE) compares its
+        # ranks across stages: how long a rank waits in send / recv is set by its place in the
+        # pipeline (the last stage waits for the fill), not by who paces whom, so who waits least
+        # is read from the collectives every member joins at once.
+        waits = stall_waits = coll.sync_waits
     per_rank: list[Finding] = []
     for slot, cells in by_slot.items():
         excess: dict[str, float] = defaultdict(float)
@@ -403,6 +460,8 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
         rank = int(p.ranks[slot])
         node = layout.rank_node.get(rank, "")
         members = gpu_roles[int(gpu_role_of[slot])] if cat == "kernel" else roles[int(role_of[slot])]
+        if all(c.job_wide for c in mine):  # stage-agnostic work of a rank without role peers (peers.py)
+            members = np.arange(p.ranks.size)
         if any(c.other_nodes for c in mine):  # its peers are the role's ranks on other nodes (peers.node_cells)
             members = np.array([m for m in members if m == slot or layout.rank_node.get(int(p.ranks[m])) != node],
                                dtype=members.dtype)
@@ -462,7 +521,8 @@ def rank_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: C
             what = "data loading"
         else:
             component, why = attr.host_component(counters, node)
-            what = "host functions"
+            untraced = sum(c.excess for c in mine if p.fn_names[c.fn] == UNTRACED_FN)
+            what = "time outside any traced call" if untraced >= 0.5 * excess[cat] else "host functions"
         if node in counters.host:
             evidence["host"] = {k: round(v, 2) for k, v in counters.host[node].items() if np.isfinite(v)}
         per_rank.append(Finding(
@@ -508,12 +568,13 @@ def _how_slower(what: str, slowdown: float, mine: list[Cell], n_peers: int,
     """The summary's measure, with its per-step times, so a large ratio shows its small base
     (and says so where the ratio was taken against the peer test's floor instead)."""
     value, base = sum(c.value for c in mine), sum(c.peer_median for c in mine)
+    run = "runs" if what.startswith("time") else "run"   # "its time ... runs", "its kernels run"
     if durations is None:
         floored = "; the ratio against a floor of 0.1% of a step" if base < floor else ""
-        return (f"its {what} run {slowdown:.2f}x slower than {n_peers} peers "
+        return (f"its {what} {run} {slowdown:.2f}x slower than {n_peers} peers "
                 f"({_ms(value)} vs {_ms(base)} per step{floored})")
     floored = ", the ratio against a floor of 0.1% of a step" if durations[1] < floor else ""
-    return (f"its {what} run {slowdown:.2f}x longer than on {n_peers} peers ({_ms(durations[0])} vs "
+    return (f"its {what} {run} {slowdown:.2f}x longer than on {n_peers} peers ({_ms(durations[0])} vs "
             f"{_ms(durations[1])} per step{floored}; {_ms(value)} vs {_ms(base)} of it on the critical path)")
 
 

@@ -4,7 +4,9 @@ Each kind of function has a range it should stay in (the paper's first test):
 the data loader and host Python should hardly ever hold the critical path;
 inter-node collectives should move data at a good share of the NIC's link
 speed; tensor-parallel collectives inside a node should use NVLink. A job
-outside the range is abnormal even when all its ranks agree.
+outside the range is abnormal even when all its ranks agree. A GPU's clock
+has its range too, its own ceiling: judged here for the ranks that no peer
+test compares (:mod:`.clocks`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from eroica.models.columns import OP_CODE
 
+from .clocks import clock_findings
 from .collectives import CollectiveStats, GroupStats
 from .counters import CounterSummary
 from .findings import Finding
@@ -82,7 +85,8 @@ def _share_beta(p: Patterns, kinds: tuple[int, ...]) -> np.ndarray:
 def expected_findings(p: Patterns, layout: Layout, counters: CounterSummary, coll: CollectiveStats,
                       anomalies: list[NicAnomaly], step_ns: float, ports: PortMap | None = None,
                       best_bus: dict[str, float] | None = None) -> list[Finding]:
-    """Job-wide findings against what a healthy job looks like (loader and host shares, the fabric's bandwidth).
+    """Findings against what a healthy job looks like (loader and host shares, the fabric's bandwidth), and
+    the GPUs throttled below their ceiling among the ranks no peer test compares (:func:`.clocks.clock_findings`).
 
     ``ports``: the window's :func:`.ports.classify` of ``counters``, when the
     caller has it (classified here otherwise: ~5 ms at 1,024 ranks).
@@ -127,7 +131,7 @@ def expected_findings(p: Patterns, layout: Layout, counters: CounterSummary, col
                     f"(expected < {PYTHON_BETA:.0%}): host syncs or slow Python in the training loop",
         ))
 
-    return out + collective
+    return out + collective + clock_findings(p, layout, counters, step_ns)
 
 
 PAUSE_COST = 0.05     # pauses cost the job >= 5% of a step on average
@@ -297,6 +301,8 @@ def pause_findings(p: Patterns, step_ns: float, recent: Sequence[PauseWindow] = 
         slowdown=float(1.0 + share), score=float(n_ranks),
         confidence=round(float(min(0.95, 0.3 + share * 4)), 3), peers=[int(r) for r in p.ranks],
         culprits=[], evidence=evidence,
+        # sporadic by definition: no level that steps could show, so it is confirmed by windows only
+        steady=False,
         # ``share`` is pause time over the *pause-free* steps' time (median step x steps), so
         # it may pass 100%; of the time the job took (those steps plus the pauses that
         # stalled them) the pauses hold total / (job_ns + total), never over 100%.

@@ -39,6 +39,8 @@ class JobHistory(msgspec.Struct):
     reference: dict[str, list[float]] = {}
     # incident id -> consecutive windows in which the finding was seen
     streak: dict[str, int] = {}
+    # incident id -> the steps after the warm-up that showed it over those windows (the sign test's k)
+    streak_steps: dict[str, int] = {}
     # time-window digests waiting until they hold enough whole steps (steps.py) ...
     pending: list[WindowDigest] = []
     # ... and the incomplete steps the last job window left over

@@ -9,10 +9,13 @@ compared this way: their duration measures waiting, which points at victims.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+
+from eroica.models.records import UNTRACED_FN
 
 from .patterns import K_COLL, K_IO, K_KERNEL, K_LOADER, K_MEMCPY, Patterns
 from .robust import MAD_TO_SIGMA, column_leave_one_out_medians, column_medians, leave_one_out_median, robust_z
@@ -51,6 +54,7 @@ class Cell:
     excess: float   # ns per step
     n_peers: int
     other_nodes: bool = False  # judged against its role's ranks on other nodes only (:func:`node_cells`)
+    job_wide: bool = False     # judged against every rank of the job (:func:`stage_agnostic_cells`)
 
 
 def _tested(p: Patterns, f: int, kernels: bool | None) -> bool:
@@ -241,3 +245,28 @@ def role_ratio(p: Patterns, members: np.ndarray, fns: np.ndarray, slot: int) -> 
     mine = m[members == slot].sum()
     others = np.median(m[members != slot].sum(axis=1)) if members.size > 1 else np.nan
     return float(mine / others) if others and np.isfinite(others) and others > 0 else 1.0
+
+
+def stage_agnostic(p: Patterns, f: int) -> bool:
+    """Work whose cost does not depend on the rank's stage or role: feeding a batch (loader, file
+    reads) and the training loop's own code outside any traced call. Every rank of a job runs the
+    same loop over batches of the same size, whatever layers it holds."""
+    return int(p.fn_kinds[f]) in (K_LOADER, K_IO) or p.fn_names[f] == UNTRACED_FN
+
+
+def stage_agnostic_cells(p: Patterns, roles: dict[int, np.ndarray]) -> list[Cell]:
+    """Abnormal stage-agnostic cells of ranks whose role is too small for the peer test, judged job-wide.
+
+    A pipeline of few ranks per stage (4 stages of one rank) leaves each role
+    without peers, yet its ranks load batches and run their loop alike: those
+    functions are compared across every rank of the job instead.
+    """
+    small = np.zeros(p.ranks.size, dtype=bool)
+    for members in roles.values():
+        if members.size < MIN_PEERS:
+            small[members] = True
+    if not small.any() or p.ranks.size < MIN_PEERS:
+        return []
+    everyone = {0: np.arange(p.ranks.size)}
+    return [dataclasses.replace(c, job_wide=True) for c in abnormal_cells(p, everyone, kernels=False)
+            if small[c.slot] and stage_agnostic(p, c.fn)]

@@ -10,21 +10,36 @@ from __future__ import annotations
 
 import numpy as np
 
+from eroica.models.records import UNTRACED_FN
+
 from .attribution import CLOCK_RATIO_LOW
 from .counters import CounterSummary
 from .findings import Finding, confidence_of
 from .layout import Layout
-from .patterns import K_KERNEL, Patterns
+from .patterns import K_KERNEL, K_OPTIM, K_OTHER, K_PYTHON, Patterns
 
 MIN_RATIO = 1.2
 MIN_MATERIAL = 0.05
+
+
+def compute_functions(p: Patterns) -> np.ndarray:
+    """(F,) the functions that are a stage's compute: its GPU kernels, or on a job without any (a
+    CPU-only job, where the host *is* the compute) its host work (model, optimizer and other host
+    functions, their critical-path time), less the loop's code outside any traced call, which
+    every stage runs alike (peers.stage_agnostic)."""
+    kernels: np.ndarray = p.fn_kinds == K_KERNEL
+    if kernels.any():
+        return kernels
+    names = np.array([n != UNTRACED_FN for n in p.fn_names], dtype=bool)
+    host: np.ndarray = np.isin(p.fn_kinds, (K_PYTHON, K_OPTIM, K_OTHER)) & names
+    return host
 
 
 def stage_findings(p: Patterns, layout: Layout, counters: CounterSummary, step_ns: float) -> list[Finding]:
     roles = layout.roles(p.ranks)
     if len(roles) < 2:
         return []
-    compute = np.nansum(np.where(p.fn_kinds == K_KERNEL, np.nan_to_num(p.per_step_ns), 0.0), axis=1)
+    compute = np.nansum(np.where(compute_functions(p), np.nan_to_num(p.per_step_ns), 0.0), axis=1)
     per_stage = {s: float(np.median(compute[m])) for s, m in roles.items() if m.size}
     stages = sorted(per_stage)
     out: list[Finding] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .detector import PERSIST_WINDOWS, UNCONFIRMED_CAP, _stabilise
+from .detector import PERSIST_WINDOWS, SIGN_STEPS, UNCONFIRMED_CAP, _stabilise, evidence_steps
 from .findings import Finding
 from .history import JobHistory
 
@@ -19,7 +19,8 @@ def confidences(windows: list[list[Finding]]) -> list[list[float]]:
     """Run the findings of consecutive windows through persistence; each window's confidences."""
     history, out = JobHistory(job="j"), []
     for findings in windows:
-        history = msgspec.structs.replace(history, streak=_stabilise(findings, "j", history))
+        streak, steps = _stabilise(findings, "j", history)
+        history = msgspec.structs.replace(history, streak=streak, streak_steps=steps)
         out.append([f.confidence for f in findings])
     return out
 
@@ -53,3 +54,43 @@ def test_slow_data_loading_on_a_node_persists_whichever_of_its_ranks_stalls_long
                          confidence=0.8, culprits=[9])
     assert confidences([[slow("storage", rank=6)], [other_node]])[1] == [UNCONFIRMED_CAP]
     assert confidences([[slow("python", rank=6)], [slow("python", rank=2)]])[1] == [UNCONFIRMED_CAP]
+
+
+def evidenced(windows: list[list[tuple[Finding, int]]]) -> list[list[float]]:
+    """As :func:`confidences`, each finding with the steps that showed it (the sign test's k)."""
+    history, out = JobHistory(job="j"), []
+    for window in windows:
+        findings = [f for f, _ in window]
+        streak, steps = _stabilise(findings, "j", history, steps_of={i: k for i, (_, k) in enumerate(window)})
+        history = msgspec.structs.replace(history, streak=streak, streak_steps=steps)
+        out.append([f.confidence for f in findings])
+    return out
+
+
+def test_steps_that_show_a_finding_confirm_it_within_one_window():
+    # a short trace: one window of many steps after the warm-up, a steady level in every one
+    assert evidenced([[(slow("python", confidence=0.5), 2 * SIGN_STEPS)]])[0][0] >= 0.5
+    # too few steps for two sign-test runs: one confirmation, held below the alarm level
+    assert evidenced([[(slow("python", confidence=0.5), 2 * SIGN_STEPS - 1)]]) == [[UNCONFIRMED_CAP]]
+    # a weak finding stays weak however many steps show it (three confirmations at most)
+    assert evidenced([[(slow("python", confidence=0.2), 100)]])[0][0] < 0.5
+
+
+def test_steps_count_only_while_the_finding_persists():
+    f = slow("python", confidence=0.5)
+    # a run of steps interrupted by a window without the finding starts again
+    got = evidenced([[(f, SIGN_STEPS)], [], [(slow("python", confidence=0.5), SIGN_STEPS)]])
+    assert got[2] == [UNCONFIRMED_CAP], got
+    # consecutive windows add their steps (and count as windows themselves)
+    got = evidenced([[(slow("python", confidence=0.5), SIGN_STEPS)], [(slow("python", confidence=0.5), SIGN_STEPS)]])
+    assert got[1][0] >= 0.5, got
+
+
+def test_evidence_steps_leave_out_the_warm_up_and_odd_steps():
+    steady = slow("python")
+    onset = Finding(kind="slow", component="python", scope="rank", rank=2, steady=False, most_steps=True)
+    odd = Finding(kind="slow", component="python", scope="rank", rank=2, steady=False, most_steps=False)
+    assert evidence_steps(steady, 40, 0) == 40 and evidence_steps(steady, 40, 5) == 35
+    assert evidence_steps(onset, 30, 0) == 15 and evidence_steps(onset, 31, 5) == 11
+    assert evidence_steps(odd, 120, 0) == 0          # one odd step never confirms anything
+    assert evidence_steps(steady, 4, 5) == 0         # a window of warm-up only

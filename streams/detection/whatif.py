@@ -32,6 +32,17 @@ The dependency graph, inferred from the records alone (pure numpy, no I/O):
   to the last replayed end. Ops with no dependency in their step (a rank's
   first op) keep their measured offset from the step start.
 
+When S is no measurement: S compares the measured steps with the replayed
+ideal, so it measures the job only where the replay fits it. Two checks, and
+a job that fails one gets no S and no decomposition, only the reason
+(``WhatIf.reason``): the replay with every operation at its *measured*
+duration must reproduce the measured step time within ``FIT_TOLERANCE``
+(else S would measure the model's error: on the real Kineto traces the replay
+comes out 5-21% short of the measured step), and S must
+not be below 1 (an ideal slower than what was measured: typical durations
+taken operation by operation compose a step no rank ran, and 1 - 1/S would
+be a negative cost).
+
 Typical durations: for each function and position (its k-th occurrence in the
 rank's step, i.e. micro-batch), the median over the peer ranks (``peers``:
 ``"job"``, every rank that runs it, or ``"stage"``, the ranks of the same
@@ -59,6 +70,11 @@ _HOST_KINDS = np.array([KIND_CODE[k] for k in ("python", "dataloader", "optimize
 TOLERANCE_NS = 100_000
 # cells of the scenario-duration matrix replayed at once (bounds memory on large jobs)
 MAX_CELLS = 8_000_000
+# S is a measurement only where the replay of the measured durations is this close to the measured step time:
+# its error is S's error, and a straggler cost of a few percent must not be the model's own
+FIT_TOLERANCE = 0.05
+# S this little below 1 is float rounding of equal step times (reported as 1), not an ideal slower than the job
+_ROUNDING = 1e-9
 
 
 @dataclass(frozen=True)
@@ -93,6 +109,8 @@ class OpTable:
 
 @dataclass
 class WhatIf:
+    """One job's what-if result; ``reason`` set (and ``slowdown`` NaN) when S is no measurement of it."""
+
     steps: int
     slowdown: float
     actual_s: float            # mean measured step time
@@ -105,13 +123,44 @@ class WhatIf:
     step_ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     step_actual: np.ndarray = field(default_factory=lambda: np.empty(0))
     step_ideal: np.ndarray = field(default_factory=lambda: np.empty(0))
+    reason: str | None = None  # why S is not measurable on this input (None: it is)
+
+    @property
+    def measurable(self) -> bool:
+        return self.reason is None
 
     def to_json(self, job: str) -> dict[str, Any]:
+        """The command's JSON: a job without a measurable S has ``slowdown`` null, the reason, no decomposition."""
+        ok = self.measurable
         return {
-            "job": job, "steps": self.steps, "slowdown": self.slowdown,
-            "step_s": {"actual": self.actual_s, "ideal": self.ideal_s},
-            "by_rank": self.by_rank, "by_dp": self.by_dp, "by_stage": self.by_stage, "by_fn": self.by_fn,
+            "job": job, "steps": self.steps, "measurable": ok, "slowdown": self.slowdown if ok else None,
+            **({} if ok else {"reason": self.reason}),
+            "step_s": {"actual": self.actual_s, "ideal": self.ideal_s, "replay": self.replay_s},
+            "by_rank": self.by_rank if ok else {}, "by_dp": self.by_dp if ok else {},
+            "by_stage": self.by_stage if ok else {}, "by_fn": self.by_fn if ok else {},
         }
+
+
+def not_measurable(actual: float, replay: float, ideal: float) -> str | None:
+    """Why S = actual / ideal (mean step times, s) is no measurement of the job; None when it is one.
+
+    The replay of the measured durations must fit the measured step time (the
+    model's error would otherwise be read as a straggler cost), and the ideal
+    must not be slower than the measured job (S < 1, a negative cost).
+    """
+    if not (actual > 0 and ideal > 0):
+        return "no step with a positive duration to replay"
+    miss = replay / actual - 1.0
+    if abs(miss) > FIT_TOLERANCE:
+        return (f"the replay model does not fit this input: replaying every operation at its measured duration "
+                f"gives {replay:.3f} s per step where {actual:.3f} s were measured ({miss:+.0%}), "
+                "so S would measure the model, not the job")
+    if actual / ideal < 1.0 - _ROUNDING:
+        return (f"the replay model does not fit this input: with every operation at its typical duration the "
+                f"replayed step ({ideal:.3f} s) is longer than the measured one ({actual:.3f} s), S = "
+                f"{actual / ideal:.3f} < 1: typical durations taken operation by operation compose a step that "
+                "no rank ran, so there is no straggler cost to read from it")
+    return None
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -469,13 +518,16 @@ def whatif(t: OpTable, rank_stage: dict[int, int] | None = None, rank_dp: dict[i
     np.maximum.at(last, slot, end_ns)
     actual_steps = (last - g.step_start) / 1e9
     ideal = float(ideal_steps.mean())
+    actual = float(actual_steps.mean())
+    replay = float(replay_steps.mean())
     ratios = scen.mean(axis=0) / ideal if ideal > 0 else np.ones(len(labels))
     out: dict[str, dict[str, float]] = {"rank": {}, "dp": {}, "stage": {}, "fn": {}}
     for (kd, v), r in zip(labels, ratios.tolist()):
         out[kd][t.fn_names[v] if kd == "fn" else str(v)] = float(r)
+    reason = not_measurable(actual, replay, ideal)
     return WhatIf(
-        steps=int(n_steps), slowdown=float(actual_steps.mean() / ideal) if ideal > 0 else 1.0,
-        actual_s=float(actual_steps.mean()), ideal_s=ideal, replay_s=float(replay_steps.mean()),
+        steps=int(n_steps), slowdown=max(actual / ideal, 1.0) if reason is None else float("nan"),
+        actual_s=actual, ideal_s=ideal, replay_s=replay,
         by_rank=out["rank"], by_dp=out["dp"], by_stage=out["stage"], by_fn=out["fn"],
-        step_ids=np.unique(t.step), step_actual=actual_steps, step_ideal=ideal_steps,
+        step_ids=np.unique(t.step), step_actual=actual_steps, step_ideal=ideal_steps, reason=reason,
     )
