@@ -95,9 +95,11 @@ def render_verdicts(verdicts: Sequence[Verdict], out: Console | None = None) -> 
     rows = []
     for v in verdicts:
         culprit = f"rank {v.rank}" if v.scope == "rank" else (v.node or "?") if v.scope == "node" else "job"
+        # Two quantities, two names: how much slower the culprit's function runs (the verdict's
+        # ``slowdown``, against its peers or its expected level) and what the job loses by it (``cost``).
         rows.append([time.strftime("%H:%M:%S", time.gmtime(v.window_start_ns / 1e9)), v.kind, v.component,
-                     culprit, f"{v.slowdown:.2f}x", f"{v.confidence:.2f}", v.summary])
-    columns = ["window", "kind", "component", "culprit", "slowdown", "conf", "summary"]
+                     culprit, f"{v.slowdown:.2f}x", job_loss(v.cost), f"{v.confidence:.2f}", v.summary])
+    columns = ["window", "kind", "component", "culprit", "fn slower", "job loses", "conf", "summary"]
     fixed_width = sum(max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns[:-1]))
     if out.width - fixed_width - 3 * len(columns) - 1 >= MIN_TEXT + 10:
         from rich.table import Table
@@ -110,6 +112,13 @@ def render_verdicts(verdicts: Sequence[Verdict], out: Console | None = None) -> 
         out.print(table)
         return
     for r in rows:
-        out.print(wrap(f"{r[0]}  {r[2]} ({r[1]})  {r[3]}  slowdown {r[4]}  confidence {r[5]}", out.width - 1),
-                  highlight=False, markup=False, soft_wrap=True)
-        out.print(wrap(r[6], out.width - 1, "    "), highlight=False, markup=False, soft_wrap=True)
+        out.print(wrap(f"{r[0]}  {r[2]} ({r[1]})  {r[3]}  fn {r[4]} slower  job loses {r[5]}  conf {r[6]}",
+                       out.width - 1), highlight=False, markup=False, soft_wrap=True)
+        out.print(wrap(r[7], out.width - 1, "    "), highlight=False, markup=False, soft_wrap=True)
+
+
+def job_loss(cost: float | None) -> str:
+    """What the job loses to a culprit, as a share of its throughput (1 - 1/S_X); '-' where unpriced."""
+    if cost is None or not cost >= 1.0:
+        return "-"
+    return f"{1.0 - 1.0 / cost:.0%}"

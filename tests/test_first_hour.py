@@ -191,7 +191,7 @@ def test_verdict_tables_cut_no_word_at_80_columns(tmp_path: Path) -> None:
     verdicts = json.loads(_run(["analyze", str(run), "--format", "json", "-q"], env).stdout)
     assert {v["component"] for v in verdicts} >= {"gpu", "nic"}
     known = _words(" ".join(f'{v["summary"]} {v["component"]} {v["kind"]} {v["node"]}' for v in verdicts)) | _words(
-        "window kind component scope culprit slowdown conf confidence summary rank job node slow")
+        "window kind component scope culprit slowdown conf confidence summary rank job node slow slower loses")
     for width in ("80", "120", "200"):
         text = _run(["analyze", str(run), "-q"], {**env, "COLUMNS": width}).stdout
         assert text and max(len(line) for line in text.splitlines()) <= int(width)

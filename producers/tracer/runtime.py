@@ -170,6 +170,7 @@ class Tracer:
         self._q: deque = deque()
         self._open: dict[int, tuple] = {}
         self._idle_since: int | None = None  # when the last open span closed (None: a span is open, or none yet)
+        self._gap_before: dict[int, int] = {}  # token -> start of the gap its span ended (UNTRACED_FN)
         self._ids = itertools.count(1)
         self._dumped: set[int] = set()
         self.dropped = 0
@@ -215,8 +216,9 @@ class Tracer:
         idle = self._idle_since
         if idle is not None and not self._open:
             self._idle_since = None
-            if now - idle >= MIN_GAP_NS:  # the gap belongs to the step of the call that ends it
-                self.emit(UNTRACED_FN, "python", idle, now - idle, at)
+            # the gap belongs to the step of the call that ends it, and is recorded with that call
+            # (a call that is discarded, such as the fetch that ends an epoch, leaves it open)
+            self._gap_before[tok] = idle
         self._open[tok] = (fn, kind, now, at, extra)
         return tok
 
@@ -235,6 +237,9 @@ class Tracer:
         s = self._open.pop(tok, None)
         if s is None:
             return
+        idle = self._gap_before.pop(tok, None)
+        if idle is not None and s[2] - idle >= MIN_GAP_NS:
+            self.emit(UNTRACED_FN, "python", idle, s[2] - idle, s[3])
         now = time_ns() if end_ns is None else end_ns
         ts = s[2] if start_ns is None else min(max(s[2], start_ns), now)
         self.emit(s[0], s[1], ts, max(0, now - ts), s[3], s[4] if extra is None else extra)
@@ -242,8 +247,10 @@ class Tracer:
             self._idle_since = now
 
     def discard(self, tok: int | None) -> None:
+        """Forget a span (no record); a gap it ended stays open until the next call's."""
+        idle = self._gap_before.pop(tok, None)
         if self._open.pop(tok, None) is not None and not self._open:
-            self._idle_since = time_ns()
+            self._idle_since = idle if idle is not None else time_ns()
 
     def emit(self, fn: str, kind: str, ts_ns: int, dur_ns: int, step: int, extra: Extra | None = None,
              in_flight: bool = False) -> None:

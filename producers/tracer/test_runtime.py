@@ -17,7 +17,8 @@ from eroica.producers.tracer import span
 from eroica.producers.tracer import runtime as rt
 from eroica.producers.tracer.launch import make_job_id
 from eroica.producers.tracer.merge import job_record, merge_parts
-from eroica.producers.tracer.runtime import Identity, Tracer, env_identity, job_id
+from eroica.models.records import UNTRACED_FN
+from eroica.producers.tracer.runtime import MIN_GAP_NS, Identity, Tracer, env_identity, job_id
 
 
 class ListSink:
@@ -48,7 +49,7 @@ def test_spans_become_contract_records_in_time_order() -> None:
     t.end(a)
     t.end(a)  # closing twice is harmless
     assert t.flush() == 2
-    first, second = sink.records
+    first, second = [r for r in sink.records if r.fn != UNTRACED_FN]
     assert first.fn == "DataLoader.__next__" and first.ts_ns <= second.ts_ns  # sorted by start
     assert (second.bytes, second.op, second.group, second.rank, second.job) == (4096, "all_reduce", "pg0", 3, "j")
     assert first.dur_ns >= second.dur_ns >= 0 and not first.in_flight
@@ -66,9 +67,40 @@ def test_moved_start_and_given_end_are_kept_exactly() -> None:
     late = t.begin("DDP.all_reduce", "collective")
     t.end(late, start_ns=now - 10**9, end_ns=now + 5_000_000)  # a start before the span's own is not taken
     t.flush()
-    empty, exposed = sink.records
+    empty, exposed = [r for r in sink.records if r.fn != UNTRACED_FN]
     assert (empty.ts_ns, empty.dur_ns) == (now, 0)
     assert exposed.ts_ns > now - 10**9 and exposed.ts_ns + exposed.dur_ns == now + 5_000_000
+    t.close()
+
+
+def test_time_no_span_covers_is_recorded_as_a_gap_of_the_step_that_ends_it() -> None:
+    """Between spans (none open on any thread) the loop's own code runs: one ``python`` record per gap,
+    from the last end to the next begin, in the step of the call that ends it; none inside spans."""
+    t, sink = make_tracer()
+    outer = t.begin("Net.forward", "python")
+    t.end(t.begin("DDP.all_reduce", "collective"))   # nested: the forward is still open, no gap
+    t.end(outer)
+    time.sleep(0.02)                                  # the loop's own code: 20 ms outside any call
+    t.step_done()
+    t.maybe_advance()
+    t.end(t.begin("DataLoader.__next__", "dataloader"))
+    t.flush()
+    by_fn = {r.fn: r for r in sink.records}
+    gaps = [r for r in sink.records if r.fn == UNTRACED_FN]
+    assert len(gaps) == 1, [r.fn for r in sink.records]
+    gap, fwd, load = gaps[0], by_fn["Net.forward"], by_fn["DataLoader.__next__"]
+    assert gap.kind == "python" and gap.step == load.step == fwd.step + 1
+    assert gap.ts_ns == fwd.ts_ns + fwd.dur_ns and gap.ts_ns + gap.dur_ns == load.ts_ns
+    assert gap.dur_ns >= 20_000_000
+    t.close()
+
+
+def test_back_to_back_calls_leave_no_gap_record() -> None:
+    t, sink = make_tracer()
+    for _ in range(3):
+        t.end(t.begin("Net.forward", "python"))
+    t.flush()
+    assert all(r.fn != UNTRACED_FN or r.dur_ns >= MIN_GAP_NS for r in sink.records)
     t.close()
 
 
@@ -131,7 +163,7 @@ def test_steps_advance_after_optimizer_step() -> None:
         t.step_done()
         t.end(t.begin("torch.distributed.all_reduce", "collective"))  # a loss all-reduce after the step
     t.flush()
-    steps = [(r.fn, r.step) for r in sink.records]
+    steps = [(r.fn, r.step) for r in sink.records if r.fn != UNTRACED_FN]
     assert steps == [("Net.forward", 0), ("SGD.step", 0), ("torch.distributed.all_reduce", 0),
                      ("Net.forward", 1), ("SGD.step", 1), ("torch.distributed.all_reduce", 1),
                      ("Net.forward", 2), ("SGD.step", 2), ("torch.distributed.all_reduce", 2)]

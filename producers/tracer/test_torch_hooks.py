@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from eroica.models.records import UNTRACED_FN
+
 pytest.importorskip("torch")
 
 COMMON = """
@@ -74,8 +76,12 @@ def test_training_loop_is_traced_with_steps(tmp_path: Path) -> None:
     assert counts[("inner", "python")] == 6
     assert not any("CrossEntropyLoss" in r["fn"] for r in recs)  # no parameters: not a top-level model
     for step in range(5):
-        fns = [r["fn"] for r in sorted(recs, key=lambda r: r["ts_ns"]) if r["step"] == step and r["fn"] != "inner"]
+        fns = [r["fn"] for r in sorted(recs, key=lambda r: r["ts_ns"])
+               if r["step"] == step and r["fn"] not in ("inner", UNTRACED_FN)]
         assert fns[:4] == ["DataLoader.__next__", "Net.forward", "Net.backward", "SGD.step"], (step, fns)
+    # the loss between forward and backward, zero_grad and the loop itself run in no traced call
+    gaps = [r for r in recs if r["fn"] == UNTRACED_FN]
+    assert {r["step"] for r in gaps} >= set(range(1, 5)) and all(r["kind"] == "python" for r in gaps)
     inner = [r for r in recs if r["fn"] == "inner"]
     assert all(r["stack"] == "Net.forward;inner" for r in inner)
     fwd = {r["step"]: r for r in recs if r["fn"] == "Net.forward"}

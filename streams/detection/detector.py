@@ -337,6 +337,8 @@ def evidence_steps(f: Finding, steps: float, warm: int) -> int:
     at least half of them; warm-up steps are left out of both (they come first, so an
     onset-window's later half is counted only where it lies past them).
     """
+    if not f.step_evidence:
+        return 0
     if f.steady:
         return max(0, int(steps) - warm)
     if f.most_steps:

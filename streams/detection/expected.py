@@ -302,7 +302,7 @@ def pause_findings(p: Patterns, step_ns: float, recent: Sequence[PauseWindow] = 
         confidence=round(float(min(0.95, 0.3 + share * 4)), 3), peers=[int(r) for r in p.ranks],
         culprits=[], evidence=evidence,
         # sporadic by definition: no level that steps could show, so it is confirmed by windows only
-        steady=False,
+        step_evidence=False,
         # ``share`` is pause time over the *pause-free* steps' time (median step x steps), so
         # it may pass 100%; of the time the job took (those steps plus the pauses that
         # stalled them) the pauses hold total / (job_ns + total), never over 100%.

@@ -31,6 +31,9 @@ class Finding:
     # inside this window (its onset) and lasted most of it. Such a finding may alarm from
     # its onset window too, so a fault is named within two windows wherever it begins.
     most_steps: bool = False
+    # Whether the window's steps can confirm it (detector.evidence_steps): a level paid per step can;
+    # sporadic pauses on varying ranks (GC) are no level, and only windows confirm them.
+    step_evidence: bool = True
 
 
 def confidence_of(ratio: float, z: float, material: float, material_full: float = 0.05) -> float:

@@ -94,3 +94,8 @@ def test_evidence_steps_leave_out_the_warm_up_and_odd_steps():
     assert evidence_steps(onset, 30, 0) == 15 and evidence_steps(onset, 31, 5) == 11
     assert evidence_steps(odd, 120, 0) == 0          # one odd step never confirms anything
     assert evidence_steps(steady, 4, 5) == 0         # a window of warm-up only
+
+
+def test_sporadic_pauses_are_confirmed_by_windows_not_steps():
+    pauses = Finding(kind="slow", component="python", scope="job", fn="host Python pauses", step_evidence=False)
+    assert evidence_steps(pauses, 120, 0) == 0
