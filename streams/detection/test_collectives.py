@@ -80,3 +80,22 @@ def test_no_collectives():
 def test_bandwidth_is_nan_without_bytes_or_transfer():
     g = GroupStats("g", np.arange(2), True, transfer_per_step=0.0, bytes_per_step=1e6, instances=1)
     assert np.isnan(g.bandwidth)
+
+
+def test_sync_waits_leave_out_a_pipelines_send_and_recv():
+    """The last stage waits in recv for the pipeline's fill whoever is slow; who paces the others is read
+    from the collectives every member joins at once (``sync_waits``)."""
+    fill = [(r, f"p2p:{r - 1},{r}", s, ms) for s in range(3) for r, ms in ((1, 5.0), (2, 5.0), (3, 40.0))] + \
+           [(r - 1, f"p2p:{r - 1},{r}", s, 5.0) for s in range(3) for r in (1, 2, 3)]
+    dp = ring({1: 30.0})   # rank 1 arrives 30 ms late at the all-reduce every member joins
+    p2p = colls(fill, op="recv").colls
+    both = colls(dp)
+    c = both.colls
+    merged = CollRows(rank=[*c.rank.tolist(), *p2p.rank.tolist()], group=[*c.group, *p2p.group],
+                      step=[*c.step.tolist(), *p2p.step.tolist()], dur_ns=[*c.dur_ns.tolist(), *p2p.dur_ns.tolist()],
+                      bytes=[*c.bytes.tolist(), *p2p.bytes.tolist()], calls=[*c.calls.tolist(), *p2p.calls.tolist()],
+                      p2p=[*c.p2p.tolist(), *p2p.p2p.tolist()], op=[*c.op.tolist(), *p2p.op.tolist()])
+    st = collective_stats(WindowDigest("j", 0, 10**10, colls=merged), np.arange(4), NODE)
+    assert int(np.argmax(st.wait_per_step)) == 3            # the recv of the fill dominates all waits
+    assert st.sync_waits.tolist() == [30 * MS, 0.0, 30 * MS, 30 * MS]
+    assert int(np.argmin(st.sync_waits)) == 1

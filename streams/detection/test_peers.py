@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from eroica.models.records import UNTRACED_FN
+
 from .patterns import K_COLL, K_IO, K_KERNEL, K_LOADER, K_MEMCPY, K_PYTHON, Patterns
-from .peers import MIN_PEERS, abnormal_cells, category_of, host_category_cells, node_cells, role_ratio
+from .peers import (MIN_PEERS, abnormal_cells, category_of, host_category_cells, node_cells, role_ratio, stage_agnostic,
+                    stage_agnostic_cells)
 
 MS = 1e6
 STEP_NS = 1000 * MS
@@ -174,3 +177,21 @@ def test_many_short_host_functions_slower_together_are_found_by_their_sum():
     m2 = np.tile(levels * MS, (32, 1)) * (1 + np.linspace(-0.01, 0.01, 32))[:, None]
     m2[5] *= 1.05
     assert host_category_cells(patterns(m2, [K_PYTHON] * 6), one_role(32)) == []
+
+
+def test_stage_agnostic_work_of_ranks_without_role_peers_is_compared_job_wide():
+    """Four pipeline stages of one rank each: no role has peers, yet every rank loads batches and runs
+    its loop alike; rank 2's slow loader and untraced loop time stand out job-wide, its model does not."""
+    m = noisy(8, 3)
+    m[2, 0] = 160 * MS      # loader
+    m[2, 1] = 150 * MS      # the loop's own code outside any traced call
+    m[5, 2] = 300 * MS      # its model (stage-specific work): not compared across stages
+    p = patterns(m, [K_LOADER, K_PYTHON, K_PYTHON])
+    p.fn_names[1] = UNTRACED_FN
+    stages = {s: np.array([s]) for s in range(8)}
+    assert abnormal_cells(p, stages) == []
+    cells = stage_agnostic_cells(p, stages)
+    assert sorted((c.slot, c.fn) for c in cells) == [(2, 0), (2, 1)] and all(c.job_wide for c in cells)
+    # roles big enough for the peer test are left to it
+    assert stage_agnostic_cells(p, {0: np.arange(8)}) == []
+    assert stage_agnostic(p, 0) and stage_agnostic(p, 1) and not stage_agnostic(p, 2)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from eroica.models.records import UNTRACED_FN
+
 from .attribution import CLOCK_RATIO_LOW
 from .counters import CounterSummary
 from .layout import Layout
 from .patterns import K_KERNEL, K_PYTHON, Patterns
-from .stages import stage_findings
+from .stages import compute_functions, stage_findings
 
 MS = 1e6
 STEP_NS = 1000 * MS
@@ -80,3 +82,23 @@ def test_small_or_immaterial_differences_are_not_imbalance():
 def test_one_stage_compares_with_nothing():
     p, layout = pipeline([600])
     assert stage_findings(p, layout, CounterSummary(), STEP_NS) == []
+
+
+def test_a_cpu_only_job_compares_its_stages_on_host_work():
+    """No kernels at all (a gloo job on CPUs): the host work is the compute, the loop's own code outside
+    any traced call is not (every stage runs it alike)."""
+    m = np.zeros((8, 3))
+    m[:, 0] = 40 * MS
+    m[4:, 0] = 90 * MS             # stage 1's model work: 2.25x stage 0's
+    m[:, 1] = 5 * MS
+    m[:4, 2] = 200 * MS            # stage 0's loop code outside any traced call: not compute
+    p = patterns(m, [K_PYTHON, K_PYTHON, K_PYTHON])
+    p.fn_names[2] = UNTRACED_FN
+    assert compute_functions(p).tolist() == [True, True, False]
+    layout = Layout(rank_node={r: "node-0" if r < 4 else "node-1" for r in range(8)},
+                    rank_stage={r: r // 4 for r in range(8)})
+    found = stage_findings(p, layout, CounterSummary(), STEP_NS)
+    assert {(f.scope, f.node) for f in found} == {("node", "node-1")} and all(f.component == "workload" for f in found)
+    # with kernels the kernels alone are the compute
+    q = patterns(m, [K_KERNEL, K_PYTHON, K_PYTHON])
+    assert compute_functions(q).tolist() == [True, False, False]
