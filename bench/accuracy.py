@@ -232,11 +232,12 @@ def run_scenario(scale: str, seed: int, sc: Scenario, workdir: Path, profile: st
                  holdout: bool = False, steps: int | None = None) -> ScenarioResult:
     """One scenario simulated and analysed; ``steps`` cuts every run to that many steps (a short trace)."""
     nodes, gpus, scale_steps = SCALES[scale]
+    run = run_length(profile, nodes, gpus, seed, sc, steps)
     if profile == "default":
-        cfg = SimConfig(nodes=nodes, gpus=gpus, steps=steps or sc.steps or scale_steps, pp=sc.pp, tp=sc.tp,
+        cfg = SimConfig(nodes=nodes, gpus=gpus, steps=run or sc.steps or scale_steps, pp=sc.pp, tp=sc.tp,
                         faults=list(sc.faults), seed=seed)
     else:  # the seed's plan chooses the run length (and the sample period) unless cut
-        cfg = SimConfig(nodes=nodes, gpus=gpus, steps=steps or sc.steps, pp=sc.pp, tp=sc.tp, faults=list(sc.faults),
+        cfg = SimConfig(nodes=nodes, gpus=gpus, steps=run or sc.steps, pp=sc.pp, tp=sc.tp, faults=list(sc.faults),
                         seed=seed, profile=profile)
     path = workdir / f"{profile}-{scale}-{seed}-{sc.name}.jsonl"
     t_sim = time.perf_counter()
@@ -272,14 +273,27 @@ def observability_notes(truth: dict[str, Any]) -> list[str]:
     return notes
 
 
-def fits(sc: Scenario, steps: int | None) -> bool:
-    """Whether a scenario can run in a run cut to ``steps``: each fault given a start step starts before the
-    cut (the early regression starts a few *traced* steps after the warm-up, past step 30 where one step
-    in ten is traced); a scenario that cannot is left out of a cut run, not scored as a miss."""
+def run_length(profile: str, nodes: int, gpus: int, seed: int, sc: Scenario, steps: int | None) -> int | None:
+    """The steps to simulate for a run cut to ``steps`` *recorded* steps (None: not cut).
+
+    A short trace is what a user recorded: where the realistic tracer records one step in ``te``
+    (nuisance 6, :func:`trace_every`), 30 recorded steps are 30 x ``te`` steps of the job.
+    """
     if steps is None:
+        return None
+    if profile == "default":
+        return steps
+    cfg = SimConfig(nodes=nodes, gpus=gpus, pp=sc.pp, tp=sc.tp, seed=seed, profile=profile)
+    return steps * trace_every(Program(cfg), cfg.plan.step_for(cfg.pp))
+
+
+def fits(sc: Scenario, run: int | None) -> bool:
+    """Whether a scenario can run in a run cut to ``run`` steps: each fault given a start step starts before
+    the cut; a scenario that cannot is left out of a cut run, not scored as a miss."""
+    if run is None:
         return True
     starts = [int(m.group(1)) for f in sc.faults for m in [re.search(r"(?:^|[,:])start=(\d+)", f)] if m]
-    return all(start < steps for start in starts)
+    return all(start < run for start in starts)
 
 
 def run_all(seeds: int, scales: list[str], only: str | None = None,
@@ -298,7 +312,8 @@ def run_all(seeds: int, scales: list[str], only: str | None = None,
                     nodes, gpus, _ = SCALES[scale]
                     for seed in seed_list(seeds, held, first_seed):
                         for sc in make(nodes, gpus, seed):
-                            if only and only not in sc.name or not fits(sc, steps):
+                            if only and only not in sc.name or not fits(
+                                    sc, run_length(profile, nodes, gpus, seed, sc, steps)):
                                 continue
                             r = run_scenario(scale, seed, sc, Path(tmp), profile, held, steps)
                             results.append(r)

@@ -20,13 +20,16 @@ The job: ``pp`` stages x ``dp`` replicas, rank = ``stage * dp + dp_rank``
   ``optimizer``.
 
 Execution (:func:`execute`): each rank runs its ops in its own order, one at a
-time, after a launch gap; a point-to-point op ends ``p2p`` seconds after both
-it and its partner (the matching op of the adjacent stage: same micro-batch
-and chunk) have started; a collective ends its transfer time after the last
-member started. So a forward of micro-batch m on stage s starts after stage
-s - 1's forward of m ended (through the send / recv pair), a backward of m
-after stage s + 1's backward of m, and a collective waits for its slowest
-member: the timestamps are those of the schedule, not drawn.
+time, after a launch gap (``LAUNCH_S``); a point-to-point op ends its transfer
+(``P2P_S``) after both it and its partner (the matching op of the adjacent
+virtual stage: same micro-batch) have started, except an asynchronous send
+(interleaved, GPipe), which ends its transfer after it started; a recv and a
+send issued together (1F1B's batched calls) end together; a collective ends
+its transfer time after the last member started. So a forward of
+micro-batch m on stage s starts after stage s - 1's forward of m ended
+(through the send / recv pair), a backward of m after stage s + 1's backward
+of m, and a collective waits for its slowest member: the timestamps are those
+of the schedule, not drawn.
 
 Culprits (:data:`CULPRITS`), multiplying the compute durations (or a
 collective's transfer): ``worker`` (one rank), ``stage`` (every rank of one
@@ -87,6 +90,7 @@ class _Op:
     start: float = float("nan")
     end: float = float("nan")
     slot: int = 0
+    eager: bool = False
 
 
 def schedule_order(schedule: str, pp: int, stage: int, mb: int, vpp: int = 1) -> list[tuple[str, int, int]]:
@@ -125,54 +129,61 @@ def schedule_order(schedule: str, pp: int, stage: int, mb: int, vpp: int = 1) ->
 def _ops_of(spec: TraceSpec, stage: int, d: int) -> list[_Op]:
     """One rank's ops of a step, in order, without durations (``slot``: ops sharing one are issued together).
 
-    A send after a compute op and the recv before the next one are one
-    batched call, as Megatron issues them (``send_forward_recv_backward``...):
-    two blocking sends facing each other would deadlock. 1F1B batches only a
-    send and a recv of opposite directions (its warm-up and cool-down send and
-    receive alone); interleaved and GPipe batch every adjacent pair.
+    1F1B: a send after a compute op and the recv of the other direction
+    before the next one are one batched call, as Megatron issues them
+    (``send_forward_recv_backward``...): two blocking sends facing each other
+    would deadlock. Interleaved and GPipe send asynchronously (``eager``: a
+    send does not wait for its receiver, a recv waits for its send), each op
+    alone, so that no schedule order can deadlock.
     """
     pp, vpp = spec.pp, (spec.vpp if spec.schedule == "interleaved" else 1)
     last = pp * vpp - 1
     blocks: list[tuple[_Op | None, _Op, _Op | None]] = []
     for kind, m, c in schedule_order(spec.schedule, pp, stage, spec.mb, vpp):
         virt = c * pp + stage                       # position in the virtual pipeline
+        # interleaved: every compute op has its recv and send, a no-op (no partner) at either end of the
+        # virtual pipeline, as Megatron records them
+        noop = vpp > 1
         if kind == "F":
-            pre = _Op("forward-recv", m, c, partner=("F", m, virt - 1, d)) if virt > 0 else None
-            post = _Op("forward-send", m, c, partner=("F", m, virt, d)) if virt < last else None
+            pre = (_Op("forward-recv", m, c, partner=("F", m, virt - 1, d) if virt > 0 else None)
+                   if virt > 0 or noop else None)
+            post = (_Op("forward-send", m, c, partner=("F", m, virt, d) if virt < last else None)
+                    if virt < last or noop else None)
             blocks.append((pre, _Op("forward-compute", m, c), post))
         else:
-            pre = _Op("backward-recv", m, c, partner=("B", m, virt, d)) if virt < last else None
-            post = _Op("backward-send", m, c, partner=("B", m, virt - 1, d)) if virt > 0 else None
+            pre = (_Op("backward-recv", m, c, partner=("B", m, virt, d) if virt < last else None)
+                   if virt < last or noop else None)
+            post = (_Op("backward-send", m, c, partner=("B", m, virt - 1, d) if virt > 0 else None)
+                    if virt > 0 or noop else None)
             blocks.append((pre, _Op("backward-compute", m, c), post))
-    ops = [_Op("params-all-gather", coll=("ag", stage))]
-    slot = 1
-    ops[0].slot = 0
-    pending: _Op | None = None                      # the previous compute's send, not issued yet
+    ops = [_Op("params-all-gather", chunk=c, coll=("ag", stage, c)) for c in range(vpp)]
+    for i, op in enumerate(ops):
+        op.slot = i
     for pre, comp, post in blocks:
-        if pending is not None:
-            batch = pre is not None and (spec.schedule != "1f1b" or pending.optype[:4] != pre.optype[:4])
-            pending.slot = slot
-            ops.append(pending)
-            if not batch:
-                slot += 1
+        if post is not None and spec.schedule != "1f1b":
+            post.eager = True
         if pre is not None:
-            pre.slot = slot
+            prev = ops[-1]
+            batch = spec.schedule == "1f1b" and prev.optype.endswith("send") and prev.optype[:4] != pre.optype[:4]
+            pre.slot = prev.slot if batch else prev.slot + 1
             ops.append(pre)
-            slot += 1
-        elif pending is not None and ops[-1] is pending and ops[-1].slot == slot:
-            slot += 1
-        comp.slot = slot
+        comp.slot = ops[-1].slot + 1
         ops.append(comp)
-        slot += 1
-        pending = post
-    if pending is not None:
-        pending.slot = slot
-        ops.append(pending)
-        slot += 1
-    for op in (_Op("grads-reduce-scatter", coll=("rs", stage)), _Op("optimizer")):
-        op.slot = slot
+        if post is not None:
+            post.slot = comp.slot + 1
+            ops.append(post)
+    # Megatron's step tail: gc, the layernorm grads' all-reduce (tensor-parallel group: this rank alone
+    # at tp 1), the embedding grads' all-reduce between the first and last stage of a replica, the
+    # reduce-scatter of each chunk's grads over the stage's DP group, the grad-norm clip (an all-reduce
+    # over every rank), the optimizer
+    tail = [_Op("gc"), _Op("layernorm-grads-all-reduce", coll=("ln", stage, d))]
+    if stage in (0, pp - 1):
+        tail.append(_Op("embedding-grads-all-reduce", coll=("emb", d)))
+    tail += [_Op("grads-reduce-scatter", chunk=c, coll=("rs", stage, c)) for c in range(vpp)]
+    tail += [_Op("optimizer-clip-main-grad", coll=("clip",)), _Op("optimizer")]
+    for op in tail:
+        op.slot = ops[-1].slot + 1
         ops.append(op)
-        slot += 1
     return ops
 
 
@@ -225,10 +236,14 @@ def execute(spec: TraceSpec) -> dict[str, np.ndarray]:
                     op.dur = base * jit[(s, d)][i]
                 elif op.optype == "backward-compute":
                     op.dur = 2.0 * base * jit[(s, d)][i]
-                elif op.coll is not None:
-                    op.dur = 0.01 * coll_f[s] * jit[(s, d)][i]
+                elif op.optype in ("params-all-gather", "grads-reduce-scatter"):
+                    op.dur = 0.01 / vpp * coll_f[s] * jit[(s, d)][i]
                 elif op.optype == "optimizer":
                     op.dur = 0.015 * jit[(s, d)][i]
+                elif op.optype == "gc":
+                    op.dur = 0.0
+                elif op.coll is not None:
+                    op.dur = 0.002 * jit[(s, d)][i]
                 else:
                     op.dur = P2P_S * jit[(s, d)][i]
         _run(ops, rng)
@@ -246,7 +261,8 @@ def execute(spec: TraceSpec) -> dict[str, np.ndarray]:
                 rows["start_ts"].append(op.start)
                 rows["duration"].append(op.end - op.start)
                 rows["seq_id"].append(seq[k])
-                rows["mc"].append(op.chunk if compute or op.coll is not None else -1)
+                rows["mc"].append(op.chunk if compute or op.optype in ("params-all-gather", "grads-reduce-scatter")
+                                  else -1)
                 rows["gmc"].append(op.chunk * pp + s if compute else -1)
                 rows["mb_id"].append(op.mb if compute else -1)
     cols = {k: np.asarray(v) for k, v in rows.items()}
@@ -261,7 +277,8 @@ def _run(ops: dict[tuple[int, int], list[_Op]], rng: np.random.Generator) -> Non
     """Give every op its start and end. Each rank issues its slots in order (a slot: the ops issued in one
     call), the next one a launch gap after the previous ended (the first after a small random offset); a
     slot with p2p ops or a collective ends when every member of each has started, plus the longest
-    transfer; a compute op ends its duration after it started."""
+    transfer (an eager send: its own transfer after it started); a compute op ends its duration after it
+    started."""
     members: dict[tuple[Any, ...], list[_Op]] = {}
     slots: dict[tuple[int, int], list[list[_Op]]] = {}
     for rd, lst in ops.items():
@@ -284,7 +301,8 @@ def _run(ops: dict[tuple[int, int], list[_Op]], rng: np.random.Generator) -> Non
                 for op in batch:
                     if np.isnan(op.start):
                         op.start = clock[rd]
-                mem = [m for op in batch for key in (op.partner, op.coll) if key is not None for m in members[key]]
+                mem = [m for op in batch if not op.eager for key in (op.partner, op.coll) if key is not None
+                       for m in members[key]] + [op for op in batch if op.eager]
                 if any(np.isnan(m.start) for m in mem):
                     break
                 t0 = max([clock[rd]] + [m.start for m in mem])

@@ -372,8 +372,24 @@ def live(ranks: tuple[int, ...], steps: int | None, windows: float, window_s: fl
 @click.option("--profile", type=click.Choice(["default", "realistic"]), default="default", show_default=True,
               help="Simulator fleet profile (realistic: nuisances drawn per seed, the detector's default window).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def cost(seeds: int, scale: str, only: str | None, profile: str, fmt: str) -> None:
+@click.option("--reference", is_flag=True,
+              help="Instead: eroica whatif's S against the OSDI'25 study's reference analyzer (../shared) on "
+                   "generated pipeline traces and on the real ST trace.")
+@click.option("--traces", type=click.IntRange(min=1), default=60, show_default=True,
+              help="With --reference: how many pipeline traces to generate (shapes, schedules, culprits).")
+@click.option("--trace-seed", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --reference: the seed the traces are drawn from.")
+def cost(seeds: int, scale: str, only: str | None, profile: str, fmt: str, reference: bool, traces: int,
+         trace_seed: int) -> None:
     """The online cost estimate (S, S_X per job window) against the simulator's ground truth.
+
+    \b
+    With --reference, instead: ``eroica whatif`` (import optable, then whatif,
+    as a user runs them) against the OSDI'25 study's reference analyzer
+    (../shared/reference/straggler-whatif) on --traces generated pipeline
+    tables (pp 2-8, dp 2-32, 4-64 micro-batches, 1F1B / interleaved / GPipe,
+    one culprit or several) and on the real ST trace against its published
+    result: S of each, its error, the top stage / DP index of each, summary.
 
     Every fault scenario of ``bench accuracy`` (of the chosen profile) is
     simulated with its fault and again without it (same seed: the same jitter), which
@@ -387,7 +403,11 @@ def cost(seeds: int, scale: str, only: str | None, profile: str, fmt: str) -> No
       eroica bench cost --seeds 3
       eroica bench cost --seeds 1 --only gpu --format json
       eroica bench cost --seeds 1 --profile realistic
+      eroica bench cost --reference --traces 60
     """
+    if reference:
+        _cost_reference(traces, trace_seed, fmt)
+        return
     from eroica.bench.cost import result_json, run_all, summary
 
     def progress(r) -> None:
@@ -397,16 +417,11 @@ def cost(seeds: int, scale: str, only: str | None, profile: str, fmt: str) -> No
     results = run_all(seeds, scale, only, progress, profile)
     totals = summary(results)
     if fmt == "json":
-        sys.stdout.write(json.dumps({"summary": totals, "scenarios": [result_json(r) for r in results]},
-                                    indent=1) + "\n")
+        _write_json({"summary": totals, "scenarios": [result_json(r) for r in results]})
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    table = Table(title=f"Eroica cost estimate vs ground truth ({profile}, {scale}, seeds 1..{seeds})")
-    for col in ("seed", "scenario", "scope", "S true", "S est", "rel err", "culprit", "largest S_X", "culprit S_X"):
-        table.add_column(col, overflow="fold")
+    console, table = _cost_table(f"Eroica cost estimate vs ground truth ({profile}, {scale}, seeds 1..{seeds})",
+                                 ("seed", "scenario", "scope", "S true", "S est", "rel err", "culprit",
+                                  "largest S_X", "culprit S_X"))
     for r in results:
         parts = "; ".join(f"{k}: true {a:.3f} est {b:.3f}" for k, (a, b) in r.parts.items())
         table.add_row(str(r.seed), r.scenario, r.scope, f"{r.s_true:.3f}", f"{r.s_est:.3f}", f"{r.rel_error:.1%}",
@@ -425,3 +440,60 @@ def cost(seeds: int, scale: str, only: str | None, profile: str, fmt: str) -> No
                           f"{t['median_rel_error']:.1%}, worst {t['worst_rel_error']:.1%} ({t['worst']})")
     console.print(f"[bold]culprit has the largest S_X[/bold]: {totals['culprit_top']}/{totals['single_culprit']} "
                   f"single-culprit scenarios")
+
+
+def _write_json(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+
+
+def _cost_table(title: str, columns: tuple[str, ...]):
+    """The console (200 wide off a terminal) and an empty table with these columns."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return Console(width=None if sys.stdout.isatty() else 200), table
+
+
+def _cost_reference(traces: int, seed: int, fmt: str) -> None:
+    """``bench cost --reference``: one row per generated trace and the ST trace, then the summary."""
+    from eroica.bench.cost_reference import TARGET, result_json, run_all, summary
+
+    def progress(r) -> None:
+        if sys.stderr.isatty():
+            got = "n/m" if r.s_eroica is None else f"{r.s_eroica:.3f}"
+            print(f"  {r.name}: S reference {r.s_ref:.3f} eroica {got}", file=sys.stderr)
+
+    results, real = run_all(traces, seed, progress)
+    totals = summary(results, real)
+    if fmt == "json":
+        _write_json({"summary": totals, "traces": [result_json(r) for r in results]})
+        return
+    console, table = _cost_table(f"eroica whatif vs the OSDI'25 reference analyzer ({traces} traces, seed {seed})",
+                                 ("trace", "config", "culprit", "S reference", "S eroica", "error",
+                                  "top reference", "top eroica"))
+    for r in results + ([real] if real else []):
+        err = "not measurable" if r.s_eroica is None else f"{r.rel_error:.1%}"
+        table.add_row(r.name, r.config, r.culprit, f"{r.s_ref:.3f}", "-" if r.s_eroica is None else
+                      f"{r.s_eroica:.3f}", err, r.top_ref or "-",
+                      r.top_eroica + (" (differs)" if r.agree is False else ""))
+    console.print(table)
+    def pct(x: float | None) -> str:
+        return "not measurable" if x is None else f"{x:.1%}"
+
+    console.print(f"[bold]S error[/bold] over {totals['traces']} generated traces: median "
+                  f"{pct(totals['median_rel_error'])}, worst {pct(totals['worst_rel_error'])} ({totals['worst']}); "
+                  f"{totals['within_target']}/{totals['traces']} within {TARGET:.0%}, "
+                  f"{totals['not_measurable']} not measurable")
+    for sched, t in totals["by_schedule"].items():
+        console.print(f"  {sched}: {t['within_target']}/{t['traces']} within {TARGET:.0%}, median error "
+                      f"{pct(t['median_rel_error'])}")
+    console.print(f"[bold]top contributor (stage or dp index) agrees[/bold]: {totals['top_agree']}/"
+                  f"{totals['top_compared']} traces where the reference decomposes S")
+    if real:
+        err = "not measurable" if real.s_eroica is None else f"{real.rel_error:.1%}"
+        console.print(f"[bold]ST trace[/bold]: published S {real.s_ref:.3f}, eroica "
+                      f"{'-' if real.s_eroica is None else f'{real.s_eroica:.3f}'} ({err}), top "
+                      f"{real.top_ref} / {real.top_eroica}")

@@ -114,8 +114,11 @@ Exit codes: 0 analysed, 1 runtime error, 2 usage error, 3 no valid record in the
 @click.option("--peers", type=click.Choice(["job", "stage"]), default="job", show_default=True,
               help="Whose durations are typical: every rank running the operation (a slow pipeline stage is a "
                    "straggler, as in the OSDI'25 study), or only the ranks of the same stage.")
-@click.option("--stat", type=click.Choice(["median", "mean"]), default="median", show_default=True,
-              help="Typical duration: median or mean over the peers and steps.")
+@click.option("--stat", type=click.Choice(["auto", "study", "median", "mean"]), default="auto", show_default=True,
+              help="Typical duration: 'study' (the OSDI'25 study's: per function, the mean over every rank, "
+                   "micro-batch and step; a collective's transfer, the median), 'median' / 'mean' over the "
+                   "peers and steps of each function and position; 'auto': study on a pipeline-parallel job "
+                   "(ranks in several stages), median otherwise.")
 @click.option("-q", "--quiet", is_flag=True, help="No invalid-record summary on stderr.")
 def whatif(files: tuple[str, ...], fmt: str, peers: str, stat: str, quiet: bool) -> None:
     """What-if analysis of contract JSON Lines FILES: each job's slowdown S due to stragglers.

@@ -135,8 +135,9 @@ def test_real_straggler_trace_matches_published_result(tmp_path, shared_dir):
     assert res.exit_code == 0, res.output
     (job,) = _whatif_json(str(out))["jobs"]
     pub = json.loads((stragglers / "result-ST.json").read_text())
-    # S within 10% of the published what-if slowdown (1.179; ours 1.257: see README, `eroica whatif`)
-    assert job["slowdown"] == pytest.approx(pub["blocking_slowdown"], rel=0.10)
+    # S within 5% of the published what-if slowdown (1.179; ours 1.176 with the study's typical durations,
+    # which `whatif` takes on a pipeline job; 1.257 before issue 33 with per-position medians)
+    assert job["slowdown"] == pytest.approx(pub["blocking_slowdown"], rel=0.05)
     # the same stage on top, and its cost within 10%
     pub_stage = pub["blocking_decompose_by_stage"]
     assert max(job["by_stage"], key=job["by_stage"].get) == max(pub_stage, key=pub_stage.get) == "3"

@@ -13,7 +13,8 @@ Kinds, functions, collectives (``fn`` = the optype unless said otherwise)
   ``params-all-gather``                        -> ``collective``, op ``all_gather``
   ``layernorm-grads-all-reduce``               -> ``collective``, op ``all_reduce``
   ``embedding-grads-all-reduce``               -> ``collective``, op ``all_reduce``
-  ``optimizer`` / ``optimizer-clip-main-grad`` -> ``optimizer``
+  ``optimizer-clip-main-grad``                 -> ``collective``, op ``all_reduce`` (the norm's, all ranks)
+  ``optimizer``                                -> ``optimizer``
   ``gc``                                       -> ``python``, fn ``gc.collect``
   an unknown optype: by the words in it (``compute``, ``send``, ``all-reduce``,
   ``optimizer``...), else ``other``.
@@ -28,7 +29,8 @@ Groups (communicators), named so that every member rank names them alike
   run over the data-parallel group of the stage: ``dp-stage<s>``. The
   embedding all-reduce ties the first and last stage of a replica:
   ``embedding-dp<d>``. The layernorm all-reduce runs over the tensor-parallel
-  group of a (stage, replica): ``tp-stage<s>-dp<d>``.
+  group of a (stage, replica): ``tp-stage<s>-dp<d>``. The grad-norm clip's
+  all-reduce spans every rank: ``world``.
 
 Steps
   The ``step`` column is required: ``start_ts`` counts from the start of its
@@ -63,6 +65,8 @@ from .common import ImportFailed, ImportStats, Spool, clip, write_spool
 DEFAULT_START_NS = 1_763_000_000_000_000_000
 DEFAULT_GPUS_PER_NODE = 8
 COLUMNS = ("rank", "stage", "dp_rank", "step", "optype", "start_ts", "duration")
+# read when present: the global model chunk of compute ops, which tells the no-op p2p records apart
+OPTIONAL = ("gmc",)
 
 
 def map_optype(optype: str) -> tuple[str, str, str | None]:
@@ -70,6 +74,10 @@ def map_optype(optype: str) -> tuple[str, str, str | None]:
     o = optype.lower()
     if o == "gc":
         return "python", "gc.collect", None
+    if "clip" in o and "grad" in o:
+        # Megatron's grad-norm clip all-reduces the norm over every rank before the optimizer runs: a
+        # collective (its duration is mostly the wait for the last rank), not optimizer work
+        return "collective", optype, "all_reduce"
     if "optimizer" in o:
         return "optimizer", optype, None
     if "reduce-scatter" in o or "reduce_scatter" in o:
@@ -103,9 +111,52 @@ def group_of(optype: str, op: str | None, stage: int, dp_rank: int, pp: int) -> 
         return f"embedding-dp{dp_rank}"
     if "layernorm" in o:
         return f"tp-stage{stage}-dp{dp_rank}"
+    if "clip" in o:
+        return "world"
     if op is not None:
         return f"dp-stage{stage}"
     return None
+
+
+def no_op_p2p(rank: np.ndarray, step: np.ndarray, optype: np.ndarray, start_s: np.ndarray,
+              gmc: np.ndarray | None) -> np.ndarray:
+    """True for the point-to-point records that move nothing: interleaved (VPP) Megatron records a recv
+    and a send for every compute op, and those at either end of the virtual pipeline (a forward-recv of
+    global model chunk 0, a forward-send of the last one; backward the other way round) have no peer.
+
+    A rank's k-th ``forward-recv`` / ``forward-send`` goes with its k-th ``forward-compute`` (in time
+    order; likewise backward), whose ``gmc`` tells; only where the counts are equal (a rank that records
+    no such op at an end of the plain pipeline has none to tell apart). They are imported with no
+    communicator: paired with a peer's real transfer they would tie two ranks that never waited on each other.
+    """
+    out = np.zeros(rank.size, bool)
+    if gmc is None or rank.size == 0:
+        return out
+    comp = np.array([str(o).endswith("-compute") for o in optype.tolist()])
+    if not comp.any():
+        return out
+    last = int(gmc[comp].max())
+    if last < 1:
+        return out
+    names = np.array([str(o) for o in optype.tolist()], dtype=object)
+    for direction in ("forward", "backward"):
+        is_comp = names == f"{direction}-compute"
+        for kind in ("recv", "send"):
+            is_p2p = names == f"{direction}-{kind}"
+            if not is_p2p.any():
+                continue
+            # the end of the virtual pipeline this op would reach past
+            edge = 0 if (direction == "forward") == (kind == "recv") else last
+            sel = np.flatnonzero(is_comp | is_p2p)
+            key = np.lexsort((start_s[sel], ~is_comp[sel], step[sel], rank[sel]))
+            sel = sel[key]
+            _, first = np.unique(np.stack([rank[sel], step[sel]], 1), axis=0, return_index=True)
+            for a, b in zip(first.tolist(), first[1:].tolist() + [sel.size]):
+                run = sel[a:b]
+                cs, ps = run[is_comp[run]], run[is_p2p[run]]
+                if cs.size == ps.size:
+                    out[ps[gmc[cs] == edge]] = True
+    return out
 
 
 def default_meta_path(path: Path) -> Path | None:
@@ -157,11 +208,12 @@ def _load_table(path: str | Path) -> dict[str, np.ndarray]:
         missing = _missing_columns(path, pq.read_schema(path).names)
         if missing:
             raise ImportFailed(missing)
-        table = pq.read_table(path, columns=list(COLUMNS))
+        names = pq.read_schema(path).names
+        table = pq.read_table(path, columns=list(COLUMNS) + [c for c in OPTIONAL if c in names])
     except (OSError, pa.ArrowInvalid, KeyError) as exc:
         raise ImportFailed(f"{path}: not a readable operation table: {exc}") from None
     cols: dict[str, np.ndarray] = {}
-    for name in COLUMNS:
+    for name in table.column_names:
         col = table.column(name)
         if name == "optype":
             if col.null_count:
@@ -196,12 +248,14 @@ def import_optable(path: str | Path, output: str | Path, *, meta_path: str | Pat
     step = c["step"].astype(np.int64)
     start_s = c["start_ts"].astype(np.float64)
     dur_s = c["duration"].astype(np.float64)
+    gmc = c["gmc"].astype(np.int64) if "gmc" in c else None
     bad = (rank < 0) | (stage < 0) | (dp < 0) | (step < 0) | ~np.isfinite(start_s) | ~np.isfinite(dur_s) \
         | (start_s < 0) | (dur_s < 0)
     if bad.any():
         stats.skipped["rows with a negative or non-finite value"] += int(bad.sum())
         keep = ~bad
         rank, stage, dp, step, start_s, dur_s = (x[keep] for x in (rank, stage, dp, step, start_s, dur_s))
+        gmc = gmc[keep] if gmc is not None else None
         c["optype"] = c["optype"][keep]
         n = rank.size
         if n == 0:
@@ -249,6 +303,7 @@ def import_optable(path: str | Path, output: str | Path, *, meta_path: str | Pat
         dp=dp_size, pp=pp, tp=tp,
     ))]
 
+    noop = no_op_p2p(rank, step, optype, start_s, gmc)
     mapped = {o: map_optype(str(o)) for o in set(optype.tolist())}
     for o, (kind, _, _) in mapped.items():
         if kind == "other":
@@ -262,7 +317,7 @@ def import_optable(path: str | Path, output: str | Path, *, meta_path: str | Pat
         kind, fn, op = mapped[o]
         r, s, d, k = rank_l[i], stage_l[i], dp_l[i], step_l[i]
         group = None
-        if kind == "collective":
+        if kind == "collective" and not noop[i]:
             key = (o, s, d)
             group = groups.get(key)
             if group is None:

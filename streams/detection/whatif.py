@@ -25,9 +25,15 @@ The dependency graph, inferred from the records alone (pure numpy, no I/O):
   (same step, communicator and op, k-th occurrence on each member) form one
   node that ends when its last member arrives plus its transfer time, the
   least member duration (the member that waited least).
-* **Pipeline send/recv**: each recv is paired with the send of another rank of
-  its communicator that ended closest to it; the pair is a two-member
-  collective, so a recv cannot finish before its send has started.
+* **Pipeline send/recv**: per communicator and direction (``forward-*`` /
+  ``backward-*``), the k-th recv of one rank takes the k-th send of the other
+  (p2p is delivered in order: a stage's forward of micro-batch m waits for the
+  previous stage's forward of m, a backward for the next stage's backward, in
+  any schedule: 1F1B, GPipe); where the counts differ, each recv takes the
+  send of another rank that started before it ended and ended closest to it.
+  The pair is a two-member collective, so a recv cannot finish before its
+  send has started (the reference analyzer pairs them alike: modelling an
+  asynchronous send as not holding its rank fitted its S worse).
 * **The step time is the critical path**: from the step's first measured start
   to the last replayed end. Ops with no dependency in their step (a rank's
   first op) keep their measured offset from the step start.
@@ -43,8 +49,15 @@ not be below 1 (an ideal slower than what was measured: typical durations
 taken operation by operation compose a step no rank ran, and 1 - 1/S would
 be a negative cost).
 
-Typical durations: for each function and position (its k-th occurrence in the
-rank's step, i.e. micro-batch), the median over the peer ranks (``peers``:
+Typical durations (``stat``): ``"study"``, the OSDI'25 study's definition (the
+one its published S uses): per function, the mean duration over every rank,
+micro-batch and step (a straggler's own ops included), and for collectives
+the median transfer; measured against the study's reference analyzer on
+generated pipelines (``eroica bench cost --reference``) and on its real trace,
+S agrees within 5% with it. ``"auto"`` takes it for pipeline-parallel jobs
+(ranks in several stages, the study's scope) and ``"median"`` otherwise.
+``"median"`` / ``"mean"``: for each function and position (its k-th occurrence in the
+rank's step, i.e. micro-batch), that statistic over the peer ranks (``peers``:
 ``"job"``, every rank that runs it, or ``"stage"``, the ranks of the same
 pipeline stage) and, with ``pool_steps``, over all steps. Collective
 instances get the typical transfer of their kind and position the same way.
@@ -73,6 +86,8 @@ MAX_CELLS = 8_000_000
 # S is a measurement only where the replay of the measured durations is this close to the measured step time:
 # its error is S's error, and a straggler cost of a few percent must not be the model's own
 FIT_TOLERANCE = 0.05
+# typical-duration statistics (see ``whatif``)
+STATS = ("median", "mean", "study", "auto")
 # S this little below 1 is float rounding of equal step times (reported as 1), not an ideal slower than the job
 _ROUNDING = 1e-9
 
@@ -291,24 +306,53 @@ def _dependencies(rs: np.ndarray, lane: np.ndarray, start: np.ndarray, end: np.n
     return np.concatenate(srcs).astype(np.int64), np.concatenate(dsts).astype(np.int64)
 
 
-def _pair_p2p(t: OpTable, idx: np.ndarray, end: np.ndarray) -> dict[int, int]:
-    """Recv op -> matching send op: per (step, communicator), the send of another rank that
-    ended closest to the recv (each send used once, recvs taken in order of end)."""
+def _direction(name: str) -> str:
+    """The pipeline direction a p2p function's name states (its first word: ``forward``, ``backward``), or ''."""
+    head = name.lower().replace("_", "-").split("-")[0]
+    return head if head in ("forward", "backward", "fwd", "bwd") else ""
+
+
+def _pair_p2p(t: OpTable, idx: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, int]:
+    """Recv op -> matching send op, per (step, communicator, direction).
+
+    Point-to-point transfers between two ranks are delivered in order (NCCL
+    p2p is FIFO per peer and direction), so where the recvs of one rank and
+    the sends of the other in one direction are equally many, the k-th recv
+    takes the k-th send: a pipeline's pairs by their schedule, whether sends
+    are blocking (their ends coincide) or eager (a send ends long before its
+    recv). The direction (``forward-*`` / ``backward-*``, from the function
+    name) separates the two flows that share a pair's communicator. Otherwise
+    (counts differ: no-op records at either end of an interleaved pipeline,
+    lost records), each recv, in order of end, takes the unused send of
+    another rank that started before it ended and ended closest to it.
+    """
     pairs: dict[int, int] = {}
     sr = idx[np.isin(t.op[idx], (_SEND, _RECV))]
     if sr.size == 0:
         return pairs
-    key = _group_ids(t.step[sr], t.group[sr])
+    dirs = np.array([_direction(t.fn_names[f]) for f in range(len(t.fn_names))] or [""], dtype=object)
+    dir_code = np.unique(dirs[t.fn[sr]], return_inverse=True)[1].reshape(-1)
+    key = _group_ids(t.step[sr], t.group[sr], dir_code)
     for g in np.unique(key):
         ops = sr[key == g]
         sends = ops[t.op[ops] == _SEND]
         recvs = ops[t.op[ops] == _RECV]
         if sends.size == 0 or recvs.size == 0:
             continue
+        # one flow per sender: its sends and the recvs of the one other rank (a pp = 2 or interleaved
+        # pipeline's two stages send each other forward on one communicator)
+        s_ranks, r_ranks = np.unique(t.rank[sends]), np.unique(t.rank[recvs])
+        flows = [(sends[t.rank[sends] == a], recvs[t.rank[recvs] != a]) for a in s_ranks.tolist()]
+        if r_ranks.size <= 2 and all(np.unique(t.rank[rv]).size == 1 and sd.size == rv.size for sd, rv in flows):
+            for sd, rv in flows:
+                so = sd[np.argsort(start[sd], kind="stable")]
+                ro = rv[np.argsort(start[rv], kind="stable")]
+                pairs.update(zip(ro.tolist(), so.tolist()))
+            continue
         used = np.zeros(sends.size, bool)
         for r in recvs[np.argsort(end[recvs], kind="stable")]:
             cost = np.abs(end[sends] - end[r]).astype(np.float64)
-            cost[used | (t.rank[sends] == t.rank[r])] = np.inf
+            cost[used | (t.rank[sends] == t.rank[r]) | (start[sends] > end[r] + TOLERANCE_NS)] = np.inf
             j = int(np.argmin(cost))
             if np.isfinite(cost[j]):
                 used[j] = True
@@ -358,7 +402,7 @@ def _build(t: OpTable) -> _Graph:
         first = np.full(int(inst.max()) + 1, n_ops, np.int64)
         np.minimum.at(first, inst, grp)
         node[grp] = first[inst]
-    for r, s in _pair_p2p(t, coll[is_p2p], end).items():
+    for r, s in _pair_p2p(t, coll[is_p2p], t.start, end).items():
         node[r] = node[s] = min(r, s)
     uniq, node = np.unique(node, return_inverse=True)
     n = uniq.size
@@ -446,11 +490,14 @@ def whatif(t: OpTable, rank_stage: dict[int, int] | None = None, rank_dp: dict[i
     slower than the others, e.g. holding too many layers, counts as a
     straggler, as in the OSDI'25 study) or ``"stage"`` (only the ranks of the
     same pipeline stage: stage imbalance is then part of the ideal).
-    ``stat``: ``"median"`` or ``"mean"``. ``pool_steps``: typical over all
-    steps (one ideal per position) or per step.
+    ``stat``: ``"median"`` or ``"mean"`` per function and position, ``"study"``
+    (per function, the mean over positions, peers and steps; collectives the
+    median transfer), ``"auto"`` (study on a job with several stages, median
+    otherwise). ``pool_steps``: typical over all steps (one ideal per
+    position) or per step.
     """
-    if peers not in ("job", "stage") or stat not in ("median", "mean"):
-        raise ValueError("peers must be job|stage and stat median|mean")
+    if peers not in ("job", "stage") or stat not in STATS:
+        raise ValueError(f"peers must be job|stage and stat one of {'|'.join(STATS)}")
     ok = (t.step >= 0) & (t.dur >= 0)
     t = t.take(np.flatnonzero(ok))
     if len(t) == 0:
@@ -470,7 +517,11 @@ def whatif(t: OpTable, rank_stage: dict[int, int] | None = None, rank_dp: dict[i
     pos = _occurrence((t.start,), _group_ids(t.rank, t.step, t.fn))
     peer = stage_of if peers == "stage" else np.zeros(len(t), np.int64)
     step_key = np.zeros(len(t), np.int64) if pool_steps else t.step
-    typ_op = _group_stat(dur_s, _group_ids(t.fn, pos, peer, step_key), stat)
+    if stat == "auto":
+        stat = "study" if np.unique(stage_of).size > 1 else "median"
+    # the study's typical: one per function, over every position (micro-batch), peer and step
+    pos_key = np.zeros(len(t), np.int64) if stat == "study" else pos
+    typ_op = _group_stat(dur_s, _group_ids(t.fn, pos_key, peer, step_key), "mean" if stat == "study" else stat)
 
     # nodes: measured and typical durations (collective: transfer = least member duration)
     n = g.n
@@ -485,8 +536,8 @@ def whatif(t: OpTable, rank_stage: dict[int, int] | None = None, rank_dp: dict[i
     coll_nodes = np.flatnonzero(g.is_coll)
     if coll_nodes.size:
         k = key_op[coll_nodes]
-        gid = _group_ids(t.fn[k], pos[k], peer[k], step_key[k])
-        typ[coll_nodes] = _group_stat(meas[coll_nodes], gid, stat)
+        gid = _group_ids(t.fn[k], pos_key[k], peer[k], step_key[k])
+        typ[coll_nodes] = _group_stat(meas[coll_nodes], gid, "median" if stat == "study" else stat)
 
     # scenarios: measured, ideal, then one per rank / dp / stage / fn
     fns = np.unique(t.fn)
