@@ -27,6 +27,7 @@ from eroica.models.records import JobRecord
 from eroica.models.verdict import Verdict, encode_verdicts
 
 from .main import EXIT_NO_VALID_RECORD
+from .tables import printable
 
 if TYPE_CHECKING:
     from eroica.streams.detection.notes import Note
@@ -67,7 +68,7 @@ def render_table(verdicts: list[Verdict], notes: list[Note] | None = None) -> No
     render_verdicts(verdicts)
     out = console()
     for n in notes or []:  # wrapped between words as the verdict blocks are, continued under the text
-        out.print(textwrap.fill(f"note: {n.text}", width=max(20, out.width - 1), subsequent_indent="      ",
+        out.print(textwrap.fill(f"note: {printable(n.text)}", width=max(20, out.width - 1), subsequent_indent="      ",
                                 break_long_words=False, break_on_hyphens=False),
                   highlight=False, markup=False, soft_wrap=True)
 
@@ -116,7 +117,7 @@ def analyze(files: tuple[str, ...], fmt: str, window_s: float, quiet: bool) -> N
     if tally.invalid and not quiet:
         click.echo(f"eroica: {tally.invalid} invalid record(s) skipped; first reasons:", err=True)
         for inv in tally.first:
-            click.echo(f"  {inv.describe()}", err=True)
+            click.echo(f"  {printable(inv.describe())}", err=True)
     if tally.valid == 0:
         click.echo("eroica: no valid record in the input; nothing to analyse", err=True)
         sys.exit(EXIT_NO_VALID_RECORD)

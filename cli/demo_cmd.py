@@ -27,12 +27,12 @@ def demo(nodes: int, gpus: int, steps: int, fault: str, timeout_s: float, keep: 
     from eroica.kafka.admin import BrokerError
 
     from .sql_cmd import _cell
-    from .tables import console, print_rows, wrap
+    from .tables import console, print_rows, printable, wrap
 
     width = console().width - 1
 
-    def say(text: str, indent: str = "") -> None:  # wrapped between words at the terminal's width
-        click.echo(wrap(text, width, indent))
+    def say(text: str, indent: str = "") -> None:  # wrapped between words at the terminal's width; names escaped
+        click.echo(wrap(printable(text), width, indent))
 
     try:
         res = run_demo(nodes=nodes, gpus=gpus, steps=steps, fault=fault, timeout_s=timeout_s, keep=keep,

@@ -1,4 +1,11 @@
-"""``eroica fleet``: hardware blamed across jobs (node, GPU, NIC), costliest first, from ClickHouse."""
+"""``eroica fleet``: hardware blamed across jobs (node, GPU, NIC), costliest first, from ClickHouse.
+
+Node names are free text under the contract: the table and the drain list print
+them through :func:`~eroica.cli.tables.printable` (a control or bidirectional
+character shown as its escape), so a node name cannot drive the terminal nor
+add a line, i.e. another node, to the drain list. ``--format json`` is written
+with ``ensure_ascii`` (every non-ASCII character escaped).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from pathlib import Path
 import click
 
 from .stack_options import STACK_EXIT_CODES, NoStack, clickhouse_option, data_dir_option, query_target
+from .tables import printable
 from .verdicts_cmd import parse_since
 
 
@@ -40,7 +48,7 @@ def fleet(since: str, fmt: str, drain: bool, min_jobs: int, clickhouse_url: str 
     try:
         target = query_target(clickhouse_url, data_dir)
     except NoStack as exc:
-        click.echo(f"eroica fleet: {exc}", err=True)
+        click.echo(f"eroica fleet: {printable(exc)}", err=True)
         sys.exit(1)
     try:
         from .stack_options import resolve_data_dir
@@ -49,20 +57,20 @@ def fleet(since: str, fmt: str, drain: bool, min_jobs: int, clickhouse_url: str 
         per_job = target.sql(fleet_sql(verdicts_t, since_ns)).dicts()
         ends = target.sql(job_ends_sql(verdicts_t, summaries_t, since_ns)).dicts()
     except (ClickHouseError, ValueError) as exc:
-        click.echo(f"eroica fleet: {exc}", err=True)
+        click.echo(f"eroica fleet: {printable(exc)}", err=True)
         sys.exit(1)
     finally:
         target.close()
     rows = fleet_rows(per_job, ends)
     if drain:
         for node in drain_list(rows, min_jobs):
-            click.echo(node)
+            click.echo(printable(node))
         return
     if fmt == "json":
         sys.stdout.write(json.dumps({"since_ns": since_ns, "culprits": [r.to_json() for r in rows]}, indent=1) + "\n")
         return
     if not rows:
-        click.echo("no hardware blamed" + (f" since {since}" if since_ns is not None else ""))
+        click.echo("no hardware blamed" + (f" since {printable(since)}" if since_ns is not None else ""))
         return
     from datetime import datetime, timezone
 
@@ -70,7 +78,7 @@ def fleet(since: str, fmt: str, drain: bool, min_jobs: int, clickhouse_url: str 
         return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
 
     head = ["node", "component", "gpu", "windows", "jobs", "GPU-h lost", "first seen (UTC)", "last seen (UTC)", "state"]
-    body = [[r.node, r.component, "-" if r.gpu < 0 else str(r.gpu), str(r.times_blamed), str(r.jobs),
+    body = [[printable(r.node), printable(r.component), "-" if r.gpu < 0 else str(r.gpu), str(r.times_blamed), str(r.jobs),
              f"{r.gpu_hours_lost:.2f}", when(r.first_seen_ns), when(r.last_seen_ns), "open" if r.open else "resolved"]
             for r in rows]
     # plain aligned columns (no box drawing): readable at any width and easy to grep

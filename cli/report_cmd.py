@@ -1,4 +1,8 @@
-"""``eroica report``: one self-contained HTML page per run, from files or from ClickHouse."""
+"""``eroica report``: one self-contained HTML page per run, from files or from ClickHouse.
+
+The page escapes names itself (:mod:`eroica.report.render`); the messages here
+name jobs too, and print them through :func:`~eroica.cli.tables.printable`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import click
 
 from .main import EXIT_NO_VALID_RECORD
 from .stack_options import clickhouse_option, data_dir_option, query_target, resolve_data_dir
+from .tables import printable
 
 
 @click.command("report", epilog="""\b
@@ -66,7 +71,7 @@ def report(files: tuple[str, ...], job: str | None, output: Path, window_s: floa
         output.write_text(page, encoding="utf-8")
     if not quiet:
         found = sum(len(r.verdicts) for r in reports)
-        where = "stdout" if str(output) == "-" else str(output)
+        where = "stdout" if str(output) == "-" else printable(output)
         click.echo(f"eroica report: {len(reports)} job(s), {found} verdict(s) -> {where}", err=True)
 
 
@@ -94,7 +99,7 @@ def _from_files(files: tuple[str, ...], job: str | None, window_s: float, quiet:
         results = list(run_core(track_batches(batches(), files, enabled=not quiet), window_ns,
                                 detected_at_ns=time.time_ns()))
     except OSError as exc:
-        click.echo(f"eroica report: {exc}", err=True)
+        click.echo(f"eroica report: {printable(exc)}", err=True)
         sys.exit(1)
     if counts["valid"] == 0:
         click.echo("eroica report: no valid record in the input; nothing to report", err=True)
@@ -105,7 +110,8 @@ def _from_files(files: tuple[str, ...], job: str | None, window_s: float, quiet:
     jobs = sorted({r.job for r in results})
     if job is not None:
         if job not in jobs:
-            click.echo(f"eroica report: job {job!r} is not in the input (jobs: {', '.join(jobs) or 'none'})", err=True)
+            click.echo(f"eroica report: job {printable(repr(job))} is not in the input "
+                       f"(jobs: {printable(', '.join(jobs)) or 'none'})", err=True)
             sys.exit(1)
         jobs = [job]
     source = "files: " + ", ".join(Path(f).name if f != "-" else "stdin" for f in files)
@@ -127,10 +133,10 @@ def _from_clickhouse(job: str, since: str | None, clickhouse_url: str | None, da
         finally:
             target.close()
     except (ClickHouseError, ValueError) as exc:
-        click.echo(f"eroica report: {exc}", err=True)
+        click.echo(f"eroica report: {printable(exc)}", err=True)
         sys.exit(1)
     if not verdicts and not summaries:
-        click.echo(f"eroica report: nothing stored for job {job!r}" + (" in that period" if since_ns else ""),
+        click.echo(f"eroica report: nothing stored for job {printable(repr(job))}" + (" in that period" if since_ns else ""),
                    err=True)
         sys.exit(1)
     return [from_rows(job, verdicts, summaries, f"ClickHouse ({target.description})")]

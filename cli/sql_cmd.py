@@ -1,4 +1,13 @@
-"""``eroica sql "SELECT ..."``: one read-only statement against the verdict store."""
+"""``eroica sql "SELECT ..."``: one read-only statement against the verdict store.
+
+Rows hold names (jobs, nodes, functions: free text under the contract), so the
+table and TSV outputs print every cell through :func:`~eroica.cli.tables.printable`:
+a control or bidirectional character is shown as its escape, never sent to the
+terminal (in TSV, a TAB or newline inside a field is ``\\t``/``\\n``, so the
+lines and columns stay the rows and fields). ``--format json`` is the same JSON
+value with those characters written as ``\\uXXXX`` escapes
+(:func:`~eroica.cli.tables.printable_json`).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +20,7 @@ from typing import Any
 import click
 
 from .stack_options import clickhouse_option, data_dir_option, query_target
+from .tables import printable, printable_json
 
 
 def _cell(value: Any) -> str:
@@ -48,20 +58,21 @@ def sql(statement: str, fmt: str, clickhouse_url: str | None, data_dir: Path | N
     except ReadOnlySQLError as exc:
         raise click.UsageError(f"refused: {exc}") from None
     except (ClickHouseError, ValueError) as exc:
-        click.echo(f"eroica sql: {exc}", err=True)
+        click.echo(f"eroica sql: {printable(exc)}", err=True)
         sys.exit(1)
     if fmt == "json":
         import msgspec
 
         rows = [dict(zip(res.columns, r, strict=True)) for r in res.rows]
         # msgspec writes NaN/inf as null (json.dumps would write invalid JSON) and dates as text.
-        sys.stdout.buffer.write(msgspec.json.encode(rows, enc_hook=str) + b"\n")
+        encoded = msgspec.json.encode(rows, enc_hook=str).decode()
+        sys.stdout.buffer.write(printable_json(encoded).encode() + b"\n")
     elif fmt == "tsv":
-        click.echo("\t".join(res.columns))
+        click.echo("\t".join(printable(c) for c in res.columns))
         for r in res.rows:
-            click.echo("\t".join(_cell(v) for v in r))
+            click.echo("\t".join(printable(_cell(v)) for v in r))
     else:
         from .tables import print_rows
 
-        print_rows(res.columns, [[_cell(v) for v in r] for r in res.rows])
+        print_rows(res.columns, [[_cell(v) for v in r] for r in res.rows])  # print_rows escapes each cell
         click.echo(f"{len(res.rows)} row(s)", err=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from .stack_options import STACK_EXIT_CODES, NoStack, clickhouse_option, data_dir_option, query_target
+from .tables import printable
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -78,11 +79,11 @@ def verdicts(job: str | None, since: str | None, component: str | None, limit: i
         exc.command = "eroica verdicts"
         raise
     except DeadlineExceeded:
-        click.echo(f"eroica verdicts: {where} did not answer within {timeout_s:g} s (frozen or overloaded?); "
+        click.echo(f"eroica verdicts: {printable(where)} did not answer within {timeout_s:g} s (frozen or overloaded?); "
                    f"`eroica status` says which part is stuck", err=True)
         sys.exit(1)
     except (ClickHouseError, ValueError) as exc:
-        click.echo(f"eroica verdicts: {exc}", err=True)
+        click.echo(f"eroica verdicts: {printable(exc)}", err=True)
         sys.exit(1)
     if fmt == "json":
         sys.stdout.buffer.write(encode_verdicts(found) + b"\n")
@@ -91,4 +92,4 @@ def verdicts(job: str | None, since: str | None, component: str | None, limit: i
     else:
         from .analyze_cmd import render_table
 
-        render_table(found)
+        render_table(found)  # through cli/tables.py, which shows names with printable()

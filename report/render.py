@@ -16,6 +16,16 @@ columns to fill the width) and the rank x function heat-map of one node, the
 culprit's at first; clicking a node (or a rank of the hottest list) draws
 that node's instead, from the data embedded in the page (``report.html#node=node-3``
 opens on that node).
+
+Names are data: job, node, function (and so verdict summary) text is free under
+the telemetry contract, so it reaches the page only through the two escapes
+here: :func:`_e` for HTML text and attribute values (``&<>"'`` as entities;
+the script's ``esc`` does the same for what it draws), and
+:func:`json_for_script` for the JSON data the script reads, which writes ``<``,
+``>``, ``&`` and U+2028/U+2029 as ``\\u`` escapes. Inside a ``<script>`` element
+the HTML parser looks for ``</script>`` and, after ``<!--``, for ``<script``
+(which makes it skip the next ``</script>``): with no ``<`` in the data neither
+can occur, so a function named ``<!--<script>`` cannot swallow the page's script.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from collections.abc import Sequence
 
 from .data import CounterRow, JobReport
 
-__all__ = ["render_page", "color_of", "column_labels", "ALL_RANKS_UP_TO"]
+__all__ = ["render_page", "color_of", "column_labels", "json_for_script", "ALL_RANKS_UP_TO"]
 
 ALL_RANKS_UP_TO = 64    # one heat-map row per rank up to this many ranks; a node x GPU grid past it
 PAGE_W = 1240           # the width the charts are laid out for (they shrink with the window, never grow blurry)
@@ -91,7 +101,8 @@ _JS = """
   'use strict';
   function each(list, fn) { for (var i = 0; i < list.length; i++) { fn(list[i], i); } }
   function esc(s) {
-    return String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+    return String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;')
+      .replace(/'/g, '&#x27;').replace(/\\r/g, '&#13;');
   }
   function color(v) {
     if (v === null || !isFinite(v)) { return '#eceff3'; }
@@ -174,9 +185,11 @@ _JS = """
     each(wrap.querySelectorAll('[data-node]'), function (el) {
       el.addEventListener('click', function () { show(el.getAttribute('data-node')); });
     });
-    // a link to one node's detail: report.html#node=node-3
-    var m = /[#&]node=([^&]+)/.exec(window.location.hash);
-    if (m && job.by_node[decodeURIComponent(m[1])]) { show(decodeURIComponent(m[1])); }
+    // a link to one node's detail: report.html#node=node-3 (the name percent-encoded; a malformed
+    // encoding, e.g. a bare '%' typed by hand, is ignored rather than stopping the script)
+    var m = /[#&]node=([^&]+)/.exec(window.location.hash), wanted = null;
+    try { wanted = m ? decodeURIComponent(m[1]) : null; } catch (e) { wanted = null; }
+    if (wanted !== null && Object.prototype.hasOwnProperty.call(job.by_node, wanted)) { show(wanted); }
   });
   each(document.querySelectorAll('button[data-sort-target]'), function (button) {
     button.addEventListener('click', function () {
@@ -201,7 +214,31 @@ _JS = """
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """``text`` for HTML text or a quoted attribute value: ``& < > " '`` (and CR) as character references.
+
+    CR too because the HTML parser turns a raw CR (or CR LF) into LF: a node named ``a\\r\\nb`` would
+    come back from its ``data-node`` as ``a\\nb`` and no longer find its ranks in the page's data.
+    """
+    return html.escape(str(text), quote=True).replace("\r", "&#13;")
+
+
+# JSON text inside a <script> element: the characters the HTML tokenizer reacts to (``<`` of
+# ``</script>``, ``<!--`` and ``<script``; ``>`` and ``&`` for good measure) and the two line
+# separators older JavaScript parsers refuse in string literals, as JSON ``\\u`` escapes. A JSON
+# encoder writes none of them outside a string, so the escaped text decodes to the same value.
+_SCRIPT_JSON_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
+                        0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def json_for_script(doc: object) -> str:
+    """``doc`` as JSON text that is safe as the content of a ``<script type="application/json">``.
+
+    ``json.loads`` of the result (and the script's ``JSON.parse`` of the element's text) gives
+    ``doc`` back; the text holds no ``<``, ``>``, ``&``, U+2028 or U+2029, so no name inside can
+    close the element or put the HTML parser in a state where the element's end is missed.
+    """
+    text = json.dumps(doc, allow_nan=False, separators=(",", ":"))
+    return text.translate(_SCRIPT_JSON_ESCAPES)
 
 
 def _utc(ns: int, with_date: bool = False) -> str:
@@ -709,7 +746,7 @@ def _data_json(reports: Sequence[JobReport]) -> str:
                           "gpus": {str(k): v for k, v in r.gpus.items()}, "by_node": by_node,
                           "rows": {str(rank): [_round(v) for v in row] for rank, row in zip(r.ranks, r.heat)}})
         doc.append(entry)
-    return json.dumps(doc, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+    return json_for_script(doc)
 
 
 def render_page(reports: Sequence[JobReport], generated_at_ns: int, title: str = "Eroica report") -> str:

@@ -25,6 +25,7 @@ test skips locally and fails under CI.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -33,6 +34,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from html import unescape
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -330,3 +332,125 @@ def test_healthy_run_and_usage_errors(tmp_path: Path) -> None:
     bad.write_text('{"type": "fn"}\n')
     assert CliRunner().invoke(cli, ["report", str(bad), "-o", str(page)]).exit_code == 3  # no valid record
     assert CliRunner().invoke(cli, ["alert"]).exit_code == 2                             # no webhook
+
+
+# --- names are data (issue 34, item 5): hostile job, node and function names keep the page whole ---
+
+ISLAND = '<script type="application/json" id="eroica-data">'
+
+
+@pytest.fixture(scope="module")
+def hostile_pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Pages of runs whose job, nodes and functions carry hostile names: ``small`` (8 ranks, one heat-map row
+    per rank, rank 5 throttled) and ``grid`` (72 ranks on 9 nodes, drawn as a node x GPU grid, rank 13 throttled)."""
+    from hostile_names import hostile_run
+
+    d = tmp_path_factory.mktemp("hostile-report")
+    pages = {}
+    for name, nodes, gpus, fault in (("small", 2, 4, "gpu_throttle:rank=5"), ("grid", 9, 8, "gpu_throttle:rank=13")):
+        run = d / f"{name}.jsonl"
+        res = CliRunner().invoke(cli, ["simulate", "--nodes", str(nodes), "--gpus", str(gpus), "--steps", "30",
+                                       "--fault", fault, "--seed", "1", "-o", str(run)])
+        assert res.exit_code == 0, res.output
+        hostile_run(run, d / f"{name}-hostile.jsonl")
+        pages[name] = d / f"{name}.html"
+        res = CliRunner().invoke(cli, ["report", str(d / f"{name}-hostile.jsonl"), "-o", str(pages[name]),
+                                       "--window", "10", "--quiet"])
+        assert res.exit_code == 0, res.output
+    return pages
+
+
+class _Tags(HTMLParser):
+    """The start tags of a page, each with its attributes, and the text of its <h1>s."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.h1: list[str] = []
+        self._in_h1 = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._in_h1 = tag == "h1"
+        if self._in_h1:
+            self.h1.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_h1 = self._in_h1 and tag != "h1"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_h1:
+            self.h1[-1] += data
+
+
+@pytest.mark.parametrize("which", ["small", "grid"])
+def test_hostile_names_keep_the_data_island_and_the_markup_intact(hostile_pages: dict[str, Path], which: str) -> None:
+    from hostile_names import FNS, HOSTILE, JOB, NODES, script_text
+
+    html = hostile_pages[which].read_text()
+    start = html.index(ISLAND) + len(ISLAND)
+    island = script_text(html, start)   # where a browser's tokenizer ends the element
+    assert island is not None, "the data element never ends: it swallows the page's script"
+    data = json.loads(island)
+    assert [job["job"] for job in data] == [JOB]
+    assert set(FNS.values()) <= set(data[0]["fns"])          # every hostile function name, intact
+    assert not re.search(r"[<>&\u2028\u2029]", island)       # nothing for the HTML tokenizer to act on
+    if which == "grid":
+        assert {NODES[f"node-{i}"] for i in range(6)} <= set(data[0]["by_node"])
+    # the element after the island is the page's own script, whole
+    assert html[start + len(island):].startswith("</script><script>\n(function () {")
+    tags = _Tags()
+    tags.feed(html)
+    assert [t for t, _a in tags.tags].count("script") == 2 and not {"img", "iframe", "a"} & {t for t, _a in tags.tags}
+    assert tags.h1 == [f"Job {JOB}"]
+    assert [a["data-job"] for t, a in tags.tags if t == "section"] == [JOB]
+    assert set(FNS.values()) <= {a.get("data-fn") for t, a in tags.tags if t == "rect"}
+    assert all(name in html for name in ("&lt;!channel&gt;", "&lt;!--&lt;script&gt;alert(1)&lt;/script&gt;"))
+    assert not any(name in html for name in HOSTILE if "<" in name)   # no name raw in the markup
+
+
+def test_json_for_script_round_trips_hostile_names() -> None:
+    from eroica.report.render import json_for_script
+    from hostile_names import HOSTILE, script_text
+
+    doc = {"names": list(HOSTILE), "more": "a&b>c\u2028\u2029<!-- <script>", "n": [1, 2.5, None]}
+    text = json_for_script(doc)
+    assert json.loads(text) == doc and not re.search(r"[<>&\u2028\u2029]", text)
+    page = f"{ISLAND}{text}</script><p>after</p>"
+    assert script_text(page, len(ISLAND)) == text
+    # the check itself: the escaping this page had before (only "</" escaped) lets the element run on
+    old = json.dumps(doc, separators=(",", ":")).replace("</", "<\\/")
+    assert script_text(f"{ISLAND}{old}</script><script>var x = 1;</script>", len(ISLAND)) is None
+
+
+_CLICK_SORT = ("<script>document.querySelector('button[data-sort-target]').click();"
+               "document.body.setAttribute('data-sorted', '1');</script></body>")
+
+
+def test_chromium_runs_the_script_of_a_page_with_hostile_names(hostile_pages: dict[str, Path], tmp_path: Path) -> None:
+    """The page's script runs to its end, sorts the heat-map by heat, and draws a hostile-named node's detail."""
+    from urllib.parse import quote
+
+    from hostile_names import NODES
+
+    browser = _chromium()
+    # 8 ranks: a test script appended after the page's own clicks "order by heat"
+    small = tmp_path / "small-click.html"
+    small.write_text(hostile_pages["small"].read_text().replace("</body>", _CLICK_SORT, 1))
+    dom = _chromium_run(browser, small, tmp_path, "--dump-dom")
+    assert dom.returncode == 0 and _console_problems(dom.stderr) == [], dom.stderr[-2000:]
+    assert 'data-ready="1"' in dom.stdout and 'data-sorted="1"' in dom.stdout, "the page's script did not run"
+    assert 'data-order="heat"' in dom.stdout and ">order by rank</button>" in dom.stdout   # the sort ran
+    rows = re.findall(r'<g class="row" data-rank="(\d+)" data-max="[0-9.]+"[^>]*transform="translate\(0,([0-9.]+)\)"',
+                      dom.stdout)
+    assert len(rows) == 8 and min(rows, key=lambda r: float(r[1]))[0] == "5"   # the culprit's row now on top
+    assert dom.stdout.count("<script") == 3 and "<img" not in dom.stdout      # no name became an element
+    # 72 ranks: #node=<a hostile node name> makes the script draw that node's ranks from the data island
+    node = NODES["node-4"]   # "</script><script>x</script>"
+    dom = _chromium_run(browser, hostile_pages["grid"], tmp_path, "--dump-dom", fragment="#node=" + quote(node, safe=""))
+    assert dom.returncode == 0 and _console_problems(dom.stderr) == [], dom.stderr[-2000:]
+    assert 'data-ready="1"' in dom.stdout, "the page's script did not run to its end"
+    detail = dom.stdout.split('id="detail-0"', 1)[1].split("</svg>", 1)[0]
+    assert sorted({int(r) for r in re.findall(r'<g class="row" data-rank="(\d+)"', detail)}) == list(range(32, 40))
+    assert "&lt;/script&gt;&lt;script&gt;x&lt;/script&gt;: 8 ranks" in dom.stdout
+    assert dom.stdout.count("<script") == 2 and "<img" not in dom.stdout

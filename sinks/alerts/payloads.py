@@ -7,13 +7,19 @@ No I/O here: ``render(notification, fmt)`` returns the bytes to POST.
   :class:`~eroica.sinks.alerts.incidents.Notification`.
 - ``slack``: a Slack incoming-webhook message (``text`` fallback plus Block
   Kit ``blocks``). Slack has no idempotency key, so the notification id is
-  shown in the message's context line.
+  shown in the message's context line. Every piece of text that is not ours
+  (names, the summary, ids) goes through :func:`.mrkdwn.escape` and the text
+  objects are verbatim, so a job named ``<!channel>`` pings nobody.
 - ``alertmanager``: the body of Alertmanager's ``POST /api/v2/alerts``, a JSON
   array with one alert. Its labels identify the incident (Alertmanager groups
   and deduplicates by labels); ``startsAt`` is the opening time; a firing alert
   carries ``endsAt`` a while in the future (three reminder intervals, so
   reminders keep it firing, or 24 h without reminders) and the resolved one
   ``endsAt`` = the resolution time, which is how Alertmanager learns it ended.
+
+Names reach the ``json`` and ``alertmanager`` bodies as plain JSON strings:
+every body is a Python structure encoded by msgspec, nothing is built as JSON
+or markup by string formatting, so the encoder escapes whatever a name holds.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from typing import Any
 import msgspec
 
 from .incidents import Notification
+from .mrkdwn import escape as md
+from .mrkdwn import text_object
 
 __all__ = ["FORMATS", "render", "as_json", "as_slack", "as_alertmanager", "headline"]
 
@@ -92,26 +100,27 @@ def as_json(n: Notification) -> dict[str, Any]:
 
 
 def as_slack(n: Notification) -> dict[str, Any]:
-    text = f"{_EMOJI.get(n.event, '')} {headline(n)}".strip()
-    detail = n.summary
+    """The Slack message: mrkdwn whose only markup is ours (every name and the summary escaped)."""
+    text = f"{_EMOJI.get(n.event, '')} {md(headline(n))}".strip()
+    detail = md(n.summary)
     if n.event == "resolved":
-        detail = f"Resolved: {_resolution_text(n)}. Was: {n.summary}"
+        detail = f"Resolved: {md(_resolution_text(n))}. Was: {md(n.summary)}"
     fields = [
-        f"*Job*\n{n.job}", f"*Component*\n{n.component} ({n.kind})", f"*Culprit*\n{culprit(n)}",
+        f"*Job*\n{md(n.job)}", f"*Component*\n{md(n.component)} ({md(n.kind)})", f"*Culprit*\n{md(culprit(n))}",
         f"*Confidence*\n{n.confidence:.2f}", f"*Slowdown*\n{n.slowdown:.2f}x", f"*Windows*\n{n.windows}",
     ]
     if cost_text(n):
-        fields.append(f"*Cost*\n{cost_text(n)}")
+        fields.append(f"*Cost*\n{md(cost_text(n))}")
     if n.fn:
-        fields.append(f"*Function*\n`{n.fn[:120]}`")
+        fields.append(f"*Function*\n`{md(n.fn[:120])}`")  # cut before escaping: never half an entity
     return {
         "text": text,
         "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{text}*\n{detail}"}},
-            {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields[:10]]},
-            {"type": "context", "elements": [{"type": "mrkdwn", "text":
-                f"incident `{n.incident_id}` #{n.occurrence} · notification `{n.notification_id}` · "
-                f"since {_rfc3339(n.first_window_start_ns)}"}]},
+            {"type": "section", "text": text_object(f"*{text}*\n{detail}")},
+            {"type": "section", "fields": [text_object(f) for f in fields[:10]]},
+            {"type": "context", "elements": [text_object(
+                f"incident `{md(n.incident_id)}` #{n.occurrence} · notification `{md(n.notification_id)}` · "
+                f"since {_rfc3339(n.first_window_start_ns)}")]},
         ],
     }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 import pytest
 
@@ -76,3 +77,56 @@ def test_config_from_env_and_flags() -> None:
         AlertConfig.from_env(env, components=("cpu",))  # not a component
     with pytest.raises(ValueError):
         parse_duration_ns("soon")
+
+
+def _mrkdwn_texts(doc: dict) -> list[str]:
+    """Every mrkdwn string of a Slack message: the fallback ``text`` and each text object's."""
+    texts = [doc["text"]]
+    for block in doc["blocks"]:
+        objs = ([block["text"]] if "text" in block else []) + block.get("fields", []) + block.get("elements", [])
+        assert all(o["type"] == "mrkdwn" and o["verbatim"] is True for o in objs), block
+        texts += [o["text"] for o in objs]
+    return texts
+
+
+@pytest.mark.parametrize("event", ["opened", "resolved"])
+def test_slack_escapes_hostile_names(event: str) -> None:
+    """A job named ``<!channel>`` pings nobody: no name leaves a raw ``<``, ``>`` or ``&`` in any mrkdwn text."""
+    from hostile_names import HOSTILE
+
+    for name in HOSTILE + ("R&D <@U123> & <#C42>",):
+        n = note(event, job=name, node=name, fn=name, summary=f"rank 13 on {name}: GPU 5 throttled",
+                 incident_id=name, notification_id=name, resolution="windows", resolved_at_ns=1_700_000_100 * S)
+        texts = _mrkdwn_texts(json.loads(render(n, "slack")))
+        for t in texts:
+            bare = re.sub(r"&(amp|lt|gt);", "", t)
+            assert not set("<>&") & set(bare), (name, t)
+        # shown, not dropped: Slack decodes the three entities back to the name
+        shown = "\n".join(texts).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+        assert name in shown and f"*Job*\n{name}" in shown
+
+
+def test_slack_escape_rules() -> None:
+    from eroica.sinks.alerts.mrkdwn import escape, text_object
+
+    assert escape("<!channel>") == "&lt;!channel&gt;"
+    assert escape("<https://evil.example|click>") == "&lt;https://evil.example|click&gt;"
+    assert escape("a &amp; b") == "a &amp;amp; b"   # an entity in a name is shown as typed, not decoded
+    assert escape("*bold* `code` plain") == "*bold* `code` plain"
+    assert text_object("x") == {"type": "mrkdwn", "text": "x", "verbatim": True}
+
+
+@pytest.mark.parametrize("fmt", ["json", "alertmanager"])
+def test_json_and_alertmanager_keep_hostile_names_plain(fmt: str) -> None:
+    """Names reach these bodies as JSON strings: decoded, they are the names byte for byte (no markup added)."""
+    from hostile_names import HOSTILE
+
+    for name in HOSTILE:
+        n = note(job=name, node=name, fn=name, summary=name)
+        doc = json.loads(render(n, fmt))
+        if fmt == "json":
+            assert (doc["job"], doc["node"], doc["fn"], doc["summary"]) == (name,) * 4
+        else:
+            a = doc[0]
+            assert (a["labels"]["eroica_job"], a["labels"]["node"], a["annotations"]["function"],
+                    a["annotations"]["description"]) == (name,) * 4

@@ -1,0 +1,114 @@
+"""Names are data everywhere (issue 34, item 5): hostile job, node and function names through the CLI's printers.
+
+A simulated run whose job, nodes and functions carry :data:`hostile_names.HOSTILE`
+(an escape sequence, CR/LF, a right-to-left override, Slack and HTML markup)
+goes through ``eroica analyze`` (wide table, 80-column blocks, the invalid-record
+reasons on stderr) and ``eroica report``'s messages; verdicts with those names,
+stored in chdb, through ``eroica sql`` (table, TSV, JSON), ``eroica verdicts``
+and ``eroica fleet`` (table and drain list). No output may hold a raw control
+or bidirectional character, and each name must still be there, escaped. (The
+Slack payloads are checked in sinks/alerts/test_payloads.py, the HTML page in
+tests/test_report.py.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from eroica.cli.main import cli
+from hostile_names import HOSTILE, NODES, RAW_TERMINAL, hostile_run
+
+
+def _raw(text: str, own: str = "\n") -> list[str]:
+    """The raw control/bidi characters in ``text`` but the printer's own (line ends; TSV's TABs)."""
+    return [c for c in RAW_TERMINAL.findall(text) if c not in own]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """8 ranks on 2 nodes, rank 5 (on the node named ``\\x1b[31mred\\x1b[0m``) throttled; every name hostile."""
+    d = tmp_path_factory.mktemp("hostile")
+    res = CliRunner().invoke(cli, ["simulate", "--nodes", "2", "--gpus", "4", "--steps", "40", "--fault",
+                                   "gpu_throttle:rank=5", "--seed", "1", "-o", str(d / "run.jsonl")])
+    assert res.exit_code == 0, res.output
+    return hostile_run(d / "run.jsonl", d / "hostile.jsonl")
+
+
+@pytest.mark.parametrize("columns", ["200", "80"])
+def test_analyze_prints_hostile_names_escaped(hostile: Path, tmp_path: Path, columns: str) -> None:
+    # one more input, named with an escape sequence and holding a broken line: its reason names the file
+    bad = tmp_path / "bad\x1b[2J\u202e.jsonl"
+    bad.write_text('{"type": "fn", "job": "\x1b[5m"}\n')
+    res = CliRunner().invoke(cli, ["analyze", str(hostile), str(bad)], env={"COLUMNS": columns})
+    assert res.exit_code == 0, res.output
+    assert _raw(res.output) == [], ascii(res.output)
+    assert "rank 5 on \\x1b[31mred\\x1b[0m" in res.output          # the culprit's node, shown escaped
+    assert "bad\\x1b[2J\\u202e.jsonl:1:" in res.output              # the invalid-record reason's file name
+
+
+def test_report_messages_show_hostile_names_escaped(hostile: Path, tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["report", str(hostile), "--job", "x\x1b[2Jy", "-o", str(tmp_path / "r.html")])
+    assert res.exit_code == 1 and "is not in the input" in res.output, res.output
+    assert _raw(res.output) == [] and "x\\x1b[2Jy" in res.output and "\\r\\n" in res.output, ascii(res.output)
+    out = tmp_path / "r\u202eport\r\n.html"
+    res = CliRunner().invoke(cli, ["report", str(hostile), "-o", str(out)])
+    assert res.exit_code == 0 and out.is_file(), res.output
+    assert _raw(res.output) == [] and "r\\u202eport\\r\\n.html" in res.output, ascii(res.output)
+
+
+NAMES = HOSTILE + ("t\tab",)   # and a TAB, TSV's separator
+
+
+@pytest.fixture
+def stored(tmp_path: Path, make_verdict) -> str:
+    """A chdb store (as a stopped stack leaves it) holding one verdict per hostile name, in job, node, fn, summary."""
+    pytest.importorskip("chdb")
+    from eroica.sinks.clickhouse import ClickHouseConfig, VerdictSink
+    from eroica.sinks.clickhouse.schema import view_statements
+
+    url = f"chdb://{tmp_path / 'chdb'}"
+    with VerdictSink(ClickHouseConfig.from_url(url)) as sink:
+        sink.ensure_schema()
+        for stmt in view_statements(sink.config):
+            sink.client.execute(stmt)
+        sink.write_verdicts([make_verdict(job=name, node=name, fn=name, rank=i, gpu=1, summary=f"rank {i} on {name}",
+                                          job_slowdown=1.25, cost=1.25, gpu_hours_lost_per_hour=12.8)
+                             for i, name in enumerate(NAMES)])
+    return url
+
+
+def _run(url: str, tmp_path: Path, *args: str) -> str:
+    res = CliRunner().invoke(cli, [*args, "--clickhouse", url, "--data-dir", str(tmp_path)], env={"COLUMNS": "160"})
+    assert res.exit_code == 0, res.output
+    assert _raw(res.output, "\n\t" if "tsv" in args else "\n") == [], ascii(res.output)
+    return res.output
+
+
+def test_sql_verdicts_and_fleet_print_hostile_names_escaped(stored: str, tmp_path: Path) -> None:
+    select = "SELECT job, node, fn, summary FROM eroica.verdicts FINAL ORDER BY rank"
+    table = _run(stored, tmp_path, "sql", select)
+    assert "\\x1b[31mred\\x1b[0m" in table and "\\u202egnp.exe" in table and "a\\r\\nb" in table
+    tsv = _run(stored, tmp_path, "sql", select, "--format", "tsv").splitlines()
+    assert len(tsv) == 1 + len(NAMES) and all(line.count("\t") == 3 for line in tsv)   # no forged line or field
+    assert tsv[1 + NAMES.index("a\r\nb")].split("\t")[:3] == ["a\\r\\nb"] * 3
+    assert tsv[-1].split("\t")[:3] == ["t\\tab"] * 3
+    rows = json.loads(_run(stored, tmp_path, "sql", select, "--format", "json"))
+    assert [r["job"] for r in rows] == list(NAMES)                  # JSON: the names themselves, decoded
+    listed = _run(stored, tmp_path, "verdicts")
+    assert "\\x1b[31mred\\x1b[0m" in listed and "\\u202egnp.exe" in listed
+    fleet = _run(stored, tmp_path, "fleet", "--since", "all")
+    assert "\\u202egnp.exe" in fleet and "a\\r\\nb" in fleet
+    drain = _run(stored, tmp_path, "fleet", "--since", "all", "--drain-list", "--min-jobs", "1").splitlines()
+    assert sorted(drain) == sorted(n.replace("\x1b", "\\x1b").replace("\r", "\\r").replace("\n", "\\n")
+                                   .replace("\u202e", "\\u202e").replace("\t", "\\t")
+                                   for n in NAMES)   # one line per node, none forged
+
+
+def test_the_hostile_run_has_hostile_nodes(hostile: Path) -> None:
+    """The fixture's premise: the culprit's node and the others really carry the hostile names."""
+    nodes = {json.loads(line).get("node") for line in hostile.open()}
+    assert set(NODES.values()) & nodes == {NODES["node-0"], NODES["node-1"]}
