@@ -221,6 +221,7 @@ class ScenarioResult:
     records: int = 0
     sim_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    step_s: float = 0.0           # the run's median step time (its truth's step starts)
 
     @property
     def passed(self) -> bool:
@@ -248,7 +249,27 @@ def run_scenario(scale: str, seed: int, sc: Scenario, workdir: Path, profile: st
     dt = time.perf_counter() - t0
     path.unlink()
     return ScenarioResult(scale, seed, sc, score_run(verdicts, truth), dt, verdicts, profile, holdout,
-                          int(truth["records"]), t0 - t_sim, observability_notes(truth))
+                          int(truth["records"]), t0 - t_sim, observability_notes(truth), median_step_s(truth))
+
+
+def median_step_s(truth: dict[str, Any]) -> float:
+    """The run's median step time in seconds, from its truth's step start times (0 with fewer than two)."""
+    starts = np.asarray(truth.get("step_start_ns") or [], dtype=np.float64)
+    return float(np.median(np.diff(starts))) / 1e9 if starts.size > 1 else 0.0
+
+
+# Step-time bands of the fault-to-alarm table: a fine-tune's sub-second steps .. a huge model's minutes.
+STEP_BANDS_S = (0.5, 5.0, 60.0)
+
+
+def step_band(step_s: float) -> str:
+    """The band of a step time: '<0.5 s', '0.5-5 s', '5-60 s' or '>=60 s'."""
+    lo = 0.0
+    for hi in STEP_BANDS_S:
+        if step_s < hi:
+            return f"<{hi:g} s" if lo == 0.0 else f"{lo:g}-{hi:g} s"
+        lo = hi
+    return f">={lo:g} s"
 
 
 def observability_notes(truth: dict[str, Any]) -> list[str]:
@@ -347,15 +368,17 @@ def totals(results: list[ScenarioResult]) -> dict[str, Any]:
         "records": sum(r.records for r in results),
         "seconds": round(sum(r.seconds + r.sim_seconds for r in results), 1),
         "fault_to_alarm": fault_to_alarm_table(results),
+        "fault_to_alarm_by_step_time": fault_to_alarm_table(results, by_band=True),
     }
 
 
-def fault_to_alarm_table(results: list[ScenarioResult]) -> dict[str, dict[str, Any]]:
-    """Per fault kind: how many were alarmed on, and the median and worst fault-to-alarm in steps and seconds."""
+def fault_to_alarm_table(results: list[ScenarioResult], by_band: bool = False) -> dict[str, dict[str, Any]]:
+    """Per fault kind (or per step-time band, :func:`step_band`): how many were alarmed on, and the median
+    and worst fault-to-alarm in steps and seconds."""
     by: dict[str, list[Any]] = {}
     for r in results:
         for f in r.score.faults:
-            by.setdefault(f.name, []).append(f)
+            by.setdefault(step_band(r.step_s) if by_band else f.name, []).append(f)
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(by):
         got = [f for f in by[name] if f.alarm_s is not None]
@@ -378,6 +401,7 @@ def result_json(r: ScenarioResult) -> dict[str, Any]:
         "localised": [f.ok for f in s.faults], "victims_blamed": s.victims_blamed, "false_alarms": s.false_alarms,
         "alarms": s.alarms, "notes": r.notes, "records": r.records,
         "fault_to_alarm_s": [f.alarm_s for f in s.faults], "fault_to_alarm_steps": [f.alarm_steps for f in s.faults],
+        "step_s": round(r.step_s, 3),
         "simulate_s": round(r.sim_seconds, 2), "analyze_s": round(r.seconds, 2),
     }
 
