@@ -80,6 +80,23 @@ def test_collectives_finish_together_and_waiting_is_not_blamed():
     assert w.by_fn["C"] == pytest.approx(1.8)
 
 
+def test_a_host_timed_collective_that_ends_a_little_late_is_still_what_the_rank_waited_for():
+    """A DDP all-reduce timed on the host ends when its callback thread gets the GIL: a few ms after the
+    rank's next op (the optimizer step) began. That next op still waited for it, so the wait is no
+    "measured gap" to keep: rank 2's 0.1 s loader stall is the whole cost (4 ranks, 6 ms of callback lag)."""
+    rows = []
+    for r in range(4):
+        load = 0.110 if r == 2 else 0.002
+        rows += [(r, 0, "loader", "dataloader", 0.0, load), (r, 0, "fwd", "python", load, 0.010),
+                 (r, 0, "AR", "collective", load + 0.010, 0.128 - load - 0.010 + (0.006 if r != 2 else 0.0),
+                  "all_reduce", "world"),
+                 (r, 0, "opt", "optimizer", 0.128, 0.002)]
+    w = whatif(table(rows))
+    assert w.actual_s == pytest.approx(0.134, abs=1e-3)   # the victims' all-reduce records end last
+    assert w.ideal_s < 0.035, w.ideal_s           # 2 ms loader + 10 ms + the transfer + 2 ms, no 0.1 s gap
+    assert w.by_rank["2"] == pytest.approx(w.slowdown, rel=0.05)
+
+
 def test_recv_cannot_finish_before_its_send():
     # three 2-stage pipelines: stage 0 computes F then sends; stage 1 receives then computes G
     rows, stages = [], {}

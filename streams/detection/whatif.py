@@ -81,6 +81,13 @@ _SEND, _RECV = OP_CODE["send"], OP_CODE["recv"]
 _HOST_KINDS = np.array([KIND_CODE[k] for k in ("python", "dataloader", "optimizer", "io", "other")])
 # an op "follows" another that ended at most this long after it started (clock skew, rounding)
 TOLERANCE_NS = 100_000
+# A collective timed on the host ends when its completion callback runs on another thread (DDP's
+# all-reduce hook, gloo's work): that thread reads the clock only once it holds the GIL, up to the
+# interpreter's switch interval (5 ms) late and later on a loaded host (seen: 5.7 ms on 4 ranks sharing
+# 2 cores). The rank's next op may then start before the collective's record ends though it waited for
+# it; without this allowance that wait became a "measured gap" the replay kept (a DDP job's optimizer
+# step 117 ms after its backward, the straggler's whole stall).
+CALLBACK_LAG_NS = 10_000_000
 # cells of the scenario-duration matrix replayed at once (bounds memory on large jobs)
 MAX_CELLS = 8_000_000
 # S is a measurement only where the replay of the measured durations is this close to the measured step time:
@@ -388,7 +395,8 @@ def _build(t: OpTable) -> _Graph:
 
     rs = _group_ids(t.rank, t.step)
     lane = _lanes(rs, t.start, end, t.stream)
-    src, dst = _dependencies(rs, lane, t.start, end)
+    host_coll = (t.kind == _COLLECTIVE) & (t.stream < 0)
+    src, dst = _dependencies(rs, lane, t.start, end - np.where(host_coll, CALLBACK_LAG_NS, 0))
 
     # collective instances -> nodes
     node = np.arange(n_ops, dtype=np.int64)
