@@ -9,6 +9,7 @@ import click
 import numpy as np
 
 from .main import EXIT_NO_VALID_RECORD
+from .tables import printable
 
 # members shown per dimension in the table, and the least cost worth a line
 SHOWN = 5
@@ -59,7 +60,7 @@ def _lost(s: float) -> float:
 
 def _headline(r: dict) -> str:
     """The job's sentence: its S and cost, or why S is not measurable on it (never a negative cost)."""
-    head = f"{r['job']}: {r['steps']} steps, {r['step_s']['actual']:.3f} s per step measured"
+    head = f"{printable(r['job'])}: {r['steps']} steps, {r['step_s']['actual']:.3f} s per step measured"
     if not r["measurable"]:
         return f"{head}: S not measurable: {r['reason']}"
     s = r["slowdown"]
@@ -93,7 +94,9 @@ def render_table(results: list[dict]) -> None:
         words = []
         for dim, label in names.items():
             ranked = [kv for kv in sorted(r[dim].items(), key=lambda kv: -kv[1]) if _lost(kv[1]) >= MIN_SHOWN_COST]
-            shown = dict(zip((who for who, _ in ranked[:SHOWN]), column_labels([w for w, _ in ranked[:SHOWN]], room)))
+            # names are data: control and bidi characters shown escaped (cli/tables.printable)
+            shown = dict(zip((who for who, _ in ranked[:SHOWN]),
+                             column_labels([printable(w) for w, _ in ranked[:SHOWN]], room)))
             for who, sx in ranked[:SHOWN]:
                 table.add_row(label, Text(shown[who]), f"{sx:.3f}", f"{_lost(sx):.1%}")
             if ranked:

@@ -112,3 +112,10 @@ def test_the_hostile_run_has_hostile_nodes(hostile: Path) -> None:
     """The fixture's premise: the culprit's node and the others really carry the hostile names."""
     nodes = {json.loads(line).get("node") for line in hostile.open()}
     assert set(NODES.values()) & nodes == {NODES["node-0"], NODES["node-1"]}
+
+
+def test_whatif_prints_hostile_names_escaped(hostile: Path) -> None:
+    res = CliRunner().invoke(cli, ["whatif", str(hostile)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert _raw(res.output) == [], ascii(res.output)
+    assert "\\u202e" in res.output or "\\x1b" in res.output     # the job's name is there, escaped
