@@ -43,10 +43,12 @@ JOBS = {
     "fsdp": ("eroica.producers.tracer.fsdp_job", ("--width", "128", "--batch", "128")),
     "pipeline": ("eroica.producers.tracer.pipeline_job", ("--pp", "4", "--width", "128", "--depth", "2")),
 }
-# Each fault costs a material share of the job's step on this machine (steps of 10-40 ms): a
-# straggler, not noise. The pipeline's stages compute ~2 ms of its ~30 ms step (gloo's p2p holds the
-# rest), so its compute slowdown takes more products per micro-batch to be a real share of the step.
-COMPUTE_FACTOR = {"ddp": "3", "fsdp": "3", "pipeline": "15"}
+# Each fault costs a material share of the job's step on this machine (steps of 10-40 ms), as the 30 ms
+# loader and loop faults do: a straggler, not noise. A forward of these widths computes 1-2 ms, so the
+# compute slowdown takes many times its products (10x: ~10 ms more per step). At 3x (~3 ms) a loaded
+# machine's gloo all-reduce (~11 ms on every rank, the culprit's too) hid it in a CI run: the culprit
+# did not wait least. The pipeline's stages compute ~2 ms of its ~30 ms step (gloo's p2p holds the rest).
+COMPUTE_FACTOR = {"ddp": "10", "fsdp": "10", "pipeline": "15"}
 FAULTS = {
     "compute": (("--slow-factor", "{factor}"), {"python", "host_cpu", "workload"}),
     "data loader": (("--slow-data-ms", "30"), {"dataloader", "storage"}),
