@@ -230,10 +230,9 @@ class ScenarioResult:
 
 
 def run_scenario(scale: str, seed: int, sc: Scenario, workdir: Path, profile: str = "default",
-                 holdout: bool = False, steps: int | None = None) -> ScenarioResult:
-    """One scenario simulated and analysed; ``steps`` cuts every run to that many steps (a short trace)."""
+                 holdout: bool = False, run: int | None = None) -> ScenarioResult:
+    """One scenario simulated and analysed; ``run`` cuts it to that many steps (:func:`run_length`)."""
     nodes, gpus, scale_steps = SCALES[scale]
-    run = run_length(profile, nodes, gpus, seed, sc, steps)
     if profile == "default":
         cfg = SimConfig(nodes=nodes, gpus=gpus, steps=run or sc.steps or scale_steps, pp=sc.pp, tp=sc.tp,
                         faults=list(sc.faults), seed=seed)
@@ -333,10 +332,12 @@ def run_all(seeds: int, scales: list[str], only: str | None = None,
                     nodes, gpus, _ = SCALES[scale]
                     for seed in seed_list(seeds, held, first_seed):
                         for sc in make(nodes, gpus, seed):
-                            if only and only not in sc.name or not fits(
-                                    sc, run_length(profile, nodes, gpus, seed, sc, steps)):
+                            if only and only not in sc.name:
                                 continue
-                            r = run_scenario(scale, seed, sc, Path(tmp), profile, held, steps)
+                            run = run_length(profile, nodes, gpus, seed, sc, steps)
+                            if not fits(sc, run):
+                                continue
+                            r = run_scenario(scale, seed, sc, Path(tmp), profile, held, run)
                             results.append(r)
                             if progress:
                                 progress(r)

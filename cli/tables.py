@@ -189,6 +189,8 @@ def render_verdicts(verdicts: Sequence[Verdict], out: Console | None = None) -> 
 
 def job_loss(cost: float | None) -> str:
     """What the job loses to a culprit, as a share of its throughput (1 - 1/S_X); '-' where unpriced."""
+    from eroica.streams.detection.cost import lost_share
+
     if cost is None or not cost >= 1.0:
         return "-"
-    return f"{1.0 - 1.0 / cost:.0%}"
+    return f"{lost_share(cost):.0%}"

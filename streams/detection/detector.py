@@ -378,7 +378,7 @@ def _stabilise(findings: list[Finding], job: str, history: JobHistory, warmup: b
             f.evidence["persistence"] = {"consecutive_windows": 0, "warm_up": True}
             continue
         n = history.streak.get(iid, 0) + 1
-        k = (history.streak_steps.get(iid, 0) if iid in history.streak else 0) + (steps_of or {}).get(i, 0)
+        k = history.streak_steps.get(iid, 0) + (steps_of or {}).get(i, 0)  # written beside streak only
         streak[iid] = n
         streak_steps[iid] = k
         confirmations = max(n, k // SIGN_STEPS)
