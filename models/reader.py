@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import io
 import sys
+import time
 import zlib
 from dataclasses import dataclass, field
 from itertools import chain
@@ -22,7 +23,8 @@ import msgspec
 import numpy as np
 
 from . import fastjson
-from .columns import Columns, from_records
+from .columns import Columns, from_records, to_records
+from .eventtime import TimeBounds
 from .limits import MAX_DEPTH, LimitError, check_json, failure_reason
 from .records import FnRecord, GpuRecord, HostRecord, JobRecord, NicRecord, Record
 
@@ -51,7 +53,8 @@ class Invalid:
     raw: bytes
 
     def describe(self) -> str:
-        return f"{self.source}:{self.line}: {self.reason}"
+        where = f"{self.source}:{self.line}" if self.line > 0 else self.source  # 0: decoded in bulk, line unknown
+        return f"{where}: {self.reason}"
 
 
 @dataclass
@@ -301,8 +304,17 @@ def read_batches(
     path: str | Path,
     batch_records: int = DEFAULT_BATCH,
     max_line_bytes: int = DEFAULT_MAX_LINE,
+    now_ns: int | None = None,
+    bounds: TimeBounds | None = None,
 ) -> Iterator[Batch]:
-    """Read one file or stdin into :class:`Batch` objects of bounded size."""
+    """Read one file or stdin into :class:`Batch` objects of bounded size.
+
+    Records outside the event-time bounds (:mod:`.eventtime`; ``now_ns``, the
+    arrival, defaults to the wall clock when the read starts) come back as
+    invalid, as a stream's summariser dead-letters them. ``bounds`` is shared
+    by inputs read side by side (one job record bounds every file of its job).
+    """
+    now = time.time_ns() if now_ns is None else now_ns
     stream, name = open_source(path)
     failure: list[Invalid] = []
 
@@ -325,12 +337,38 @@ def read_batches(
                 size = Path(path).stat().st_size
             except OSError:
                 pass
-        yield from parse_blocks(blocks(), name, batch_records, max_line_bytes, expected_bytes=size)
+        yield from bounded(parse_blocks(blocks(), name, batch_records, max_line_bytes, expected_bytes=size),
+                           name, now, TimeBounds() if bounds is None else bounds)
         if failure:
             yield Batch(invalid=failure)
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+
+
+def bounded(batches: Iterator[Batch], source: str, now_ns: int | None, bounds: TimeBounds) -> Iterator[Batch]:
+    """``batches`` with every record outside the event-time bounds moved to the batch's rejects.
+
+    The columns were decoded in bulk, so a reject's line number is unknown (0)
+    and its ``raw`` is the record written back as contract JSON: enough for
+    its dead letter and for the reason shown.
+    """
+    for batch in batches:
+        for job in batch.jobs:
+            bounds.job(job)
+        for tag, cols in list(batch.columns.items()):
+            out = bounds.outside(cols, now_ns)
+            if out is None:
+                continue
+            keep = np.ones(len(cols), dtype=bool)
+            keep[out.rows] = False
+            if keep.any():
+                batch.columns[tag] = cols.take(keep)
+            else:
+                del batch.columns[tag]
+            batch.invalid.extend(Invalid(source, 0, out.reason, msgspec.json.encode(rec))
+                                 for rec in to_records(cols.take(out.rows)))
+        yield batch
 
 
 def parse_lines(
@@ -581,7 +619,8 @@ def read_merged(paths: list[str | Path], batch_records: int = DEFAULT_BATCH) -> 
     def first_ts(b: Batch) -> int:
         return min((int(c.arrays["ts_ns"].min()) for c in b.columns.values() if len(c)), default=-1)
 
-    its = [read_batches(p, batch_records=batch_records) for p in paths]
+    now, bounds = time.time_ns(), TimeBounds()
+    its = [read_batches(p, batch_records=batch_records, now_ns=now, bounds=bounds) for p in paths]
     heap: list[tuple[int, int, Batch]] = []
     for i, it in enumerate(its):
         b = next(it, None)

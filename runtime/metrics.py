@@ -168,7 +168,7 @@ def invalid(component: str, reason: str, n: int = 1) -> None:
 
 
 def records_dropped(component: str, reason: str, n: int = 1) -> None:
-    """``reason``: ``late`` or ``repeated`` (see ``RECORDS_DROPPED``)."""
+    """``reason``: ``late``, ``repeated`` or ``out_of_time`` (see ``RECORDS_DROPPED``)."""
     if n:
         _child(RECORDS_DROPPED, component, reason).inc(n)
 

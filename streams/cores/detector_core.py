@@ -38,6 +38,7 @@ from typing import Any, Callable
 import msgspec
 
 from eroica.models.digest import WindowDigest, decoder, encoder, merge_digests
+from eroica.models.eventtime import PAST_SLACK_NS
 from eroica.models.records import JobRecord
 from eroica.models.verdict import encode_verdict
 from eroica.streams.detection.detector import detect_step, flush_job
@@ -74,6 +75,7 @@ class JobState(msgspec.Struct, kw_only=True):
     ended: list[str] = []
     job_keys: int | None = None
     late_windows: int = 0
+    ended_through_ns: int = -1  # done_through_ns when every key had ended: windows analysed at the job's end
     v: int = STATE_VERSION
 
 
@@ -124,6 +126,7 @@ class DetectorStats:
     forced_windows: int = 0  # analysed on the grace timeout, not complete
     failed_windows: int = 0  # the core raised on them (logged)
     late_windows: int = 0
+    refused_windows: int = 0  # before the job's start (its job record) or analysed at its end: dead-lettered
     verdicts: int = 0
     pattern_rows: int = 0
     corrupt: int = 0
@@ -145,6 +148,19 @@ class _Job:
     pending: dict[int, _Pending] = field(default_factory=dict)
     coverage: Coverage = field(default_factory=Coverage)  # completeness, kept per message (not persisted)
     coverage_first: bool = True  # whether it was built for the job's first window (rank_nodes expected)
+
+
+def _before_start(meta: JobRecord | None, msg: DigestMsg) -> str | None:
+    """Why a window lies before its job's start (bound of :mod:`eroica.models.eventtime`), or None.
+
+    The summariser drops such records when its partition holds the job record;
+    the job record goes to one partition only, so the detector, which every
+    partition's windows reach, applies the same bound to whole windows.
+    """
+    if meta is None or meta.ts_ns is None or msg.end_ns > meta.ts_ns - PAST_SLACK_NS:
+        return None
+    return (f"window starting {msg.start_ns} ends more than {PAST_SLACK_NS // 3_600_000_000_000} h before its "
+            f"job's start (the job record's ts_ns {meta.ts_ns}): records of a clock running behind")
 
 
 class DetectorCore:
@@ -195,6 +211,22 @@ class DetectorCore:
         js = self._job(msg.job, partition)
         st = js.state
         if isinstance(msg, DigestMsg):
+            early = _before_start(st.meta, msg)
+            if early is None and msg.start_ns <= st.ended_through_ns:
+                early = (f"window starting {msg.start_ns} of job {msg.job!r} arrived after its end-of-stream, when "
+                         f"windows through {st.done_through_ns} were already analysed: send a job's records before "
+                         f"its end markers (one replay)")
+            if early is None and st.ended and msg.start_ns > st.done_through_ns and self._ended(st):
+                # every key had ended and a new window comes: the job is back (a second replay, a restarted
+                # job); its keys are live again until they end again, so its windows wait for every source
+                st.ended, st.job_keys = [], None
+                js.coverage.invalidate()
+            if early is not None:  # before its job's start (a wrong clock), or after its end: a dead letter, a reason
+                self.stats.refused_windows += 1
+                self._progress(js, msg.source, msg.keys, msg.closed_through_ns)  # its progress still holds
+                out = dead_letter(source, partition, offset, key, value, early, token)
+                out.persist.append(st)
+                return out.extend(self._run(js, now))
             return self._on_digest(js, msg, token, now)
         out = Step(persist=[st], acks=[token])
         if isinstance(msg, JobMsg):
@@ -318,6 +350,8 @@ class DetectorCore:
             out.sends.extend(self._flush(st))
             if all(s is not st for s in out.persist):
                 out.persist.append(st)
+        if st.done_through_ns > st.ended_through_ns and self._ended(st):
+            st.ended_through_ns = st.done_through_ns
         return out
 
     def _ended(self, st: JobState) -> bool:

@@ -25,6 +25,11 @@ is *when* a window closes:
 - **end of stream**: once every key of a job on this partition has sent its
   end-of-stream marker, all the job's windows close and an ``end`` message
   tells the detector.
+- **event-time bounds**: a record stamped far after its arrival or before its
+  job's start (:mod:`eroica.models.eventtime`) would close or open windows it
+  has no part in; such records go to the dead-letter topic with the reason
+  (as a frame of just those rows) and the rest of their frame is kept, as
+  the reader does for ``analyze``.
 - **idle**: :meth:`PartitionSummariser.idle` closes the windows of a job that
   has been silent (wall clock, passed in by the caller) for a while.
 
@@ -43,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from eroica.models.columns import Columns
+from eroica.models.eventtime import TimeBounds
 from eroica.models.frames import (
     DECLARED_LATENESS_NS,
     COLUMNS,
@@ -51,6 +57,7 @@ from eroica.models.frames import (
     decode_end_of_stream,
     decode_frame,
     decode_job,
+    encode_frame,
     frame_kind,
 )
 from eroica.kafka.framing import NODE_LEVEL, frame_key
@@ -74,6 +81,8 @@ class SummariserStats:
     records: int = 0
     late_records: int = 0
     repeated_records: int = 0  # copies of records already in their window (delivered twice), dropped
+    out_of_time: int = 0  # records outside the event-time bounds, dead-lettered
+    after_end: int = 0  # records for windows analysed at their job's end, sent after it: dead-lettered
     corrupt: int = 0
     job_records: int = 0
     end_markers: int = 0
@@ -146,6 +155,7 @@ class _Job:
         self.held: dict[int, list[Any]] = defaultdict(list)  # last window index a frame reaches -> tokens
         self.end_tokens: list[Any] = []
         self.closed_through = -1  # highest window index closed (with or without data)
+        self.ended_through: int | None = None  # closed_through when every key had ended (None: never ended)
         self.reported_through = -1  # highest closed index the detector has been told about
         self.due: list[tuple[int, int, float]] = []  # (through, watermark, since): closes waiting for the hold
         self.last_seen = 0.0
@@ -309,8 +319,11 @@ class PartitionSummariser:
 
     def __init__(self, source: str, window_ns: int, lateness_ns: int, max_skew_ns: int,
                  hold_s: float = 0.0, clock: JobClock | None = None,
-                 declared_lateness_ns: int = DECLARED_LATENESS_NS) -> None:
+                 declared_lateness_ns: int = DECLARED_LATENESS_NS, counted_to: int = -1) -> None:
         self.source = source
+        # the highest offset whose records the figures count: a message read again (at-least-once, after a
+        # restart or a rebalance re-reads from the commit point) is processed again but never counted twice
+        self.counted_to = int(counted_to)
         self.window_ns = int(window_ns)
         self.lateness_ns = int(lateness_ns)
         self.declared_lateness_ns = min(int(declared_lateness_ns), self.lateness_ns)
@@ -318,14 +331,19 @@ class PartitionSummariser:
         self.hold_s = float(hold_s)
         self.clock = clock if clock is not None else JobClock()
         self.asm = _Assembler(self.window_ns, self.lateness_ns)
+        self.bounds = TimeBounds()
         self.jobs: dict[str, _Job] = {}
         self.stats = SummariserStats()
 
     # -- entry points --------------------------------------------------------
 
     def on_message(self, key: bytes | str | None, value: bytes | None, token: Any, now: float,
-                   offset: int = -1) -> Step:
-        """One raw-topic message (``now``: wall-clock seconds, for the hold and idle closing)."""
+                   offset: int = -1, arrival_ns: int | None = None) -> Step:
+        """One raw-topic message (``now``: monotonic seconds, for the hold and idle closing).
+
+        ``arrival_ns`` (epoch ns, the worker's wall clock when it read the
+        message) bounds its records' event time from above; None: no such bound.
+        """
         if value is None:
             return self._dead(key, b"", offset, "empty message (no value)", token)
         try:
@@ -335,7 +353,7 @@ class PartitionSummariser:
         k = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
         try:
             if kind == COLUMNS:
-                return self._on_frame(k, value, token, now, offset)
+                return self._on_frame(k, value, token, now, offset, arrival_ns)
             if kind == END_OF_STREAM:
                 return self._on_end(k, value, token, now)
             return self._on_job(value, token)
@@ -373,7 +391,8 @@ class PartitionSummariser:
 
     # -- message kinds -------------------------------------------------------
 
-    def _on_frame(self, key: str | None, value: bytes, token: Any, now: float, offset: int) -> Step:
+    def _on_frame(self, key: str | None, value: bytes, token: Any, now: float, offset: int,
+                  arrival_ns: int | None) -> Step:
         cols, _meta = decode_frame(value)
         n = len(cols)
         if n == 0:
@@ -383,21 +402,51 @@ class PartitionSummariser:
         if n > 1 and (int(codes.min()) != c0 or int(codes.max()) != c0):
             return self._dead(key, value, offset, "frame mixes records of several jobs (one key per frame)", token)
         job = cols.vocab["job"][c0]
+        out = self.bounds.outside(cols, arrival_ns)
+        rejected = Step()
+        if out is not None:  # those rows to the dead-letter topic, the rest of the frame goes on
+            self.stats.out_of_time += out.rows.size
+            metrics.records_dropped("summariser", "out_of_time", out.rows.size)
+            keep = np.ones(n, dtype=bool)
+            keep[out.rows] = False
+            if not keep.any():
+                return self._letter(key, value, offset, out.reason, token)
+            rejected = self._letter(key, encode_frame(cols.take(out.rows), _meta), offset, out.reason, None)
+            rejected.acks.clear()  # the token waits for the kept records' windows
+            cols = cols.take(keep)
+            n = len(cols)
         if key is None:  # a keyless frame: the key its producer would have given it (kafka.framing)
             if cols.type not in NODE_LEVEL:
                 key = frame_key(job, int(cols.arrays["rank"][0]))
             else:
                 key = frame_key(job, -1, cols.vocab["node"][int(cols.arrays["node"][0])])
         js = self._job(job)
+        if js.ended_through is not None:  # the job ended and comes back: what it sends for analysed windows
+            after_end = cols.arrays["ts_ns"] // self.window_ns <= js.ended_through
+            if after_end.any():
+                reason = (f"record of job {job!r} after its end-of-stream, in a window already analysed at its end "
+                          f"(through {(js.ended_through + 1) * self.window_ns} ns): send a job's records before "
+                          f"its end markers (one replay), or replay this dead letter's records into a new job id")
+                self.stats.after_end += int(after_end.sum())
+                if after_end.all():
+                    rejected.extend(self._letter(key, value, offset, reason, token))
+                    return rejected
+                letter = self._letter(key, encode_frame(cols.take(after_end), _meta), offset, reason, None)
+                letter.acks.clear()  # the token waits for the kept records' windows
+                rejected.extend(letter)
+                cols = cols.take(~after_end)
+                n = len(cols)
         js.last_seen = now
         if key in js.ended:
             js.revive(key)
         slot = js.slot(key, cols.type)
         ts = cols.arrays["ts_ns"]
         lo, hi = int(ts.min()), int(ts.max())
-        self.stats.frames += 1
-        self.stats.records += n
-        metrics.records_in("summariser", cols.type, n)
+        if offset < 0 or offset > self.counted_to:
+            self.counted_to = max(self.counted_to, offset)
+            self.stats.frames += 1
+            self.stats.records += n
+            metrics.records_in("summariser", cols.type, n)
         late_before = self.asm.late_records
         # held until the last window its records reach, spans included, is summarised
         last_window = self.asm.add_frame(cols, job, lo, hi)
@@ -405,7 +454,8 @@ class PartitionSummariser:
         self.stats.late_records += late
         metrics.records_dropped("summariser", "late", late)
         if last_window <= self.asm.closed(job):  # every record was late: nothing to wait for
-            return Step(acks=[token])
+            rejected.acks.append(token)
+            return rejected
         declared = _meta.get("wm")
         if isinstance(declared, int) and not isinstance(declared, bool):
             # the producer's promise: nothing of this stream older than "wm" is still to come
@@ -416,7 +466,8 @@ class PartitionSummariser:
             js.marks[slot] = lo
         self.clock.saw(job, now)
         js.held[last_window].append(token)
-        return self._advance(job, js, now)
+        rejected.extend(self._advance(job, js, now))
+        return rejected
 
     def _on_end(self, key: str | None, value: bytes, token: Any, now: float) -> Step:
         eos = decode_end_of_stream(value)
@@ -438,6 +489,7 @@ class PartitionSummariser:
         record = decode_job(value)
         self.stats.job_records += 1
         self.asm.add_meta(record)
+        self.bounds.job(record)
         msg = JobMsg(job=record.job, record=record)
         return Step([Send(SUMMARIES, record.job.encode(), encode_message(msg))], [token])
 
@@ -474,6 +526,8 @@ class PartitionSummariser:
         js.due = []
         through = max([js.closed_through, *js.held.keys(), *(w.start_ns // self.window_ns for w in windows)])
         step = self._close(job, js, windows, through, end=end)
+        if end:
+            js.ended_through = js.closed_through
         # idle or ended: everything before the held end markers is summarised
         step.acks.extend(js.end_tokens)
         js.end_tokens = []
@@ -517,6 +571,9 @@ class PartitionSummariser:
     def _dead(self, key: bytes | str | None, value: bytes, offset: int, reason: str, token: Any) -> Step:
         self.stats.corrupt += 1
         metrics.invalid("summariser", reason)
+        return self._letter(key, value, offset, reason, token)
+
+    def _letter(self, key: bytes | str | None, value: bytes, offset: int, reason: str, token: Any) -> Step:
         topic, _, part = self.source.rpartition("/")  # ``source`` is ``topic/partition``
         if not topic or not part.isdigit():
             topic, part = self.source, "-1"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import zlib
 from collections import defaultdict
 from pathlib import Path
@@ -108,7 +109,9 @@ class _Pipeline:
         self.digest_msgs = 0
 
     def feed(self, p: int, key: str, value: bytes, token: int, now: float) -> None:
-        self.deliver(self.sums[p].on_message(key.encode(), value, (p, token), now, offset=token), now)
+        # arrival: the wall clock, as the worker passes it (the event-time bound's reference)
+        self.deliver(self.sums[p].on_message(key.encode(), value, (p, token), now, offset=token,
+                                             arrival_ns=time.time_ns()), now)
 
     def deliver(self, step, now: float) -> None:
         for s in step.sends:

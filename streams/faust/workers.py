@@ -233,6 +233,7 @@ class SummariserWorker:
         self.parts: dict[int, PartitionSummariser] = {}
         self.clock = JobClock()
         self.retired = SummariserStats()
+        self.counted_to: dict[int, int] = {}  # per raw partition: the highest offset its figures counted
         self.gate = faustfix.AckGate()
         self.lock = asyncio.Lock()
         self.ingest_counts = {"messages": 0, "lines": 0, "records": 0, "jobs": 0, "invalid": 0, "frames": 0}
@@ -270,7 +271,9 @@ class SummariserWorker:
             async with self.lock:
                 for tp in revoked:
                     if tp.topic == config.raw_topic and tp.partition in self.parts:
-                        self.retired.add(self.parts.pop(tp.partition).stats)
+                        gone = self.parts.pop(tp.partition)
+                        self.retired.add(gone.stats)
+                        self.counted_to[tp.partition] = gone.counted_to  # its re-read is not counted again
                 self.gate.drop(revoked)
 
         app.agent(self.raw, name="eroica-summariser")(summarise)
@@ -286,7 +289,8 @@ class SummariserWorker:
             s = self.settings
             ps = self.parts[p] = PartitionSummariser(f"{self.config.raw_topic}/{p}", s.window_ns, s.lateness_ns,
                                                      s.max_skew_ns, hold_s=s.close_hold_s, clock=self.clock,
-                                                     declared_lateness_ns=s.declared_lateness_ns)
+                                                     declared_lateness_ns=s.declared_lateness_ns,
+                                                     counted_to=self.counted_to.get(p, -1))
         return ps
 
     async def deliver(self, step: Step) -> None:
@@ -307,7 +311,8 @@ class SummariserWorker:
         self.read_to[msg.partition] = max(self.read_to.get(msg.partition, 0), msg.offset + 1)
         async with self.lock:
             try:
-                step = self._partition(msg.partition).on_message(event.key, event.value, held, now, msg.offset)
+                step = self._partition(msg.partition).on_message(event.key, event.value, held, now, msg.offset,
+                                                                 arrival_ns=time.time_ns())
             except Exception as exc:  # a bug must not stop the partition: the message goes to the dead letters
                 step = _failed(f"{self.config.raw_topic}/{msg.partition}", msg.offset, event.value, exc, held)
             await self.deliver(step)

@@ -302,6 +302,36 @@ def publish_poison(bootstrap: str, topics: Sequence[str]) -> int:
     return n
 
 
+FUTURE_NS = 4_102_444_800 * 10**9  # 2100-01-01: a clock decades ahead
+PAST_NS = 1_000  # 1970: a clock that never synced
+
+
+def publish_clock_poison(bootstrap: str, ingest_topic: str, raw_topic: str, job: str) -> int:
+    """Valid records of ``job`` stamped 2100 and 1970, from a new node and an existing one, on ingest and raw.
+
+    Each is its own message, as an outside collector or a broken agent would send it; none may change the
+    job's verdicts (issue 34: one 2100 record closed every window of its job; a 1970 one stretched its first).
+    """
+    from confluent_kafka import Producer
+
+    from eroica.models.columns import from_records
+    from eroica.models.frames import encode_frame
+    from eroica.models.records import HostRecord
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    n = 0
+    for ts in (FUTURE_NS, PAST_NS):
+        for node in ("node-99", "node-0"):
+            rec = {"type": "host", "job": job, "node": node, "ts_ns": ts, "cpu_util_pct": 20.0, "load1": 1.0}
+            producer.produce(ingest_topic, json.dumps(rec).encode(), f"{job}/{node}".encode())
+            frame = encode_frame(from_records("host", [HostRecord(job=job, node=node, ts_ns=ts,
+                                                                  cpu_util_pct=20.0, load1=1.0)]))
+            producer.produce(raw_topic, frame, f"{job}/{node}".encode())
+            n += 2
+    assert producer.flush(30) == 0
+    return n
+
+
 def deadletter_sources(bootstrap: str, topic: str, want: Callable[[list[dict]], bool], timeout_s: float = 60) -> list[dict]:
     """Dead letters on ``topic`` (JSON), read from the start of every partition until ``want`` holds.
 
