@@ -25,30 +25,8 @@ if have_server && have_client; then
     exit 0
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    SUDO="sudo"
-fi
-
-# Keep the package's postinst from starting a system-wide server (no systemd
-# in CI containers anyway); policy-rc.d exit code 101 means "action forbidden".
-POLICY=/usr/sbin/policy-rc.d
-CREATED_POLICY=0
-if [ ! -e "$POLICY" ]; then
-    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null
-    $SUDO chmod +x "$POLICY"
-    CREATED_POLICY=1
-fi
-cleanup() {
-    if [ "$CREATED_POLICY" = 1 ]; then
-        $SUDO rm -f "$POLICY"
-    fi
-}
-trap cleanup EXIT
-
-$SUDO apt-get update
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-    clickhouse-server clickhouse-client
+source "$(dirname "$0")/apt-install.sh"
+apt_install clickhouse-server clickhouse-client
 
 if ! have_server; then
     echo "clickhouse-server was not found after installation" >&2

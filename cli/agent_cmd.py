@@ -34,20 +34,35 @@ error (output or Kafka), 2 usage error.""")
                    "instead of raw samples (windows as the summariser's: $EROICA_WINDOW_S, $EROICA_LATENESS_S, "
                    "$EROICA_MAX_SKEW_S). The agent vouches for its node key only; the ranks' functions may "
                    "still go raw through the summariser.")
+@click.option("--from-exporter", "exporters", multiple=True, metavar="KIND=URL",
+              help="Take counters from an exporter this node already runs instead of sampling them: "
+                   "dcgm=URL (NVIDIA DCGM exporter, e.g. http://127.0.0.1:9400/metrics) replaces NVML for GPU "
+                   "counters, node=URL (Prometheus node_exporter, e.g. http://127.0.0.1:9100/metrics) replaces "
+                   "sysfs and /proc for NIC and host counters. Repeatable; what no exporter covers is sampled "
+                   "as usual. Ranks of GPUs: --rank-base + the exporter's gpu index.")
 @click.option("--root", default="/", show_default=True, hidden=True,
               help="Root of the /proc and /sys trees (tests).")
 def agent(job: str, bootstrap: str | None, out: str | None, interval_s: float, duration_s: float | None,
-          node: str | None, rank_base: int | None, edge_digests: bool, root: str) -> None:
+          node: str | None, rank_base: int | None, edge_digests: bool, exporters: tuple[str, ...],
+          root: str) -> None:
     """Sample this node's counters (GPU via NVML, NIC via sysfs, host via /proc) and publish them.
+
+    With --from-exporter the counters come from a DCGM exporter and/or a
+    node_exporter the node already runs (scraped every --interval), mapped to
+    the same records.
 
     \b
     Examples:
       eroica agent --job llama-7b --out node.jsonl --duration 60
       eroica agent --job llama-7b --kafka broker:9092
+      eroica agent --job llama-7b --kafka broker:9092 \\
+          --from-exporter dcgm=http://127.0.0.1:9400/metrics \\
+          --from-exporter node=http://127.0.0.1:9100/metrics
 
     Without an NVIDIA driver it says so once and samples NIC and host counters.
     """
     from eroica.producers.agent import NodeAgent
+    from eroica.producers.counters.exporter import ExporterNodeSampler, ExporterUrls
     from eroica.producers.counters.gpu import GpuSampler, env_rank_base
     from eroica.producers.counters.sampler import NodeSampler
     from eroica.producers.outputs import hostname, make_sink
@@ -55,11 +70,25 @@ def agent(job: str, bootstrap: str | None, out: str | None, interval_s: float, d
     if (bootstrap is None) == (out is None):
         raise click.UsageError("give exactly one of --kafka HOST:PORT or --out FILE")
     logging.basicConfig(level=logging.WARNING, format="eroica agent: %(message)s", stream=sys.stderr)
-    gpu = GpuSampler(proc_root=f"{root.rstrip('/')}/proc")
-    if rank_base is None:
-        rank_base = env_rank_base(len(gpu.handles))
-    gpu.rank_base = rank_base
-    sampler = NodeSampler(job, node or hostname(), root=root, gpu=gpu)
+    try:
+        urls = ExporterUrls.parse(exporters)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    sampler: NodeSampler
+    gpu = None  # with a DCGM exporter, NVML is not opened at all
+    if urls.dcgm is None:
+        gpu = GpuSampler(proc_root=f"{root.rstrip('/')}/proc")
+        if rank_base is None:
+            rank_base = env_rank_base(len(gpu.handles))
+        gpu.rank_base = rank_base
+    if urls.dcgm is None and urls.node is None:
+        sampler = NodeSampler(job, node or hostname(), root=root, gpu=gpu)
+    else:
+        # the exporter's GPU count is unknown before its first scrape: torchrun's layout needs
+        # LOCAL_WORLD_SIZE then (else GPU 0 is rank 0), or give --rank-base
+        base = rank_base if rank_base is not None else env_rank_base(0)
+        sampler = ExporterNodeSampler(job, node or hostname(), urls, root=root,
+                                      gpu=gpu, rank_base=base)
     if bootstrap:
         from eroica.producers.tracer.launch import prepare_kafka
 
