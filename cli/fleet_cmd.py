@@ -5,6 +5,13 @@ them through :func:`~eroica.cli.tables.printable` (a control or bidirectional
 character shown as its escape), so a node name cannot drive the terminal nor
 add a line, i.e. another node, to the drain list. ``--format json`` is written
 with ``ensure_ascii`` (every non-ASCII character escaped).
+
+The hardware column names the part blamed: ``GPU 1`` for a GPU (or its memory),
+``GPU 1 PCIe`` / ``GPU 1 NVLink`` for a GPU's link (``NVLink`` when no one GPU's is),
+the port (``mlx5_0``) for a NIC, ``CPU`` for the host's CPU. A NIC's port is no
+column of the verdicts table: it is the verdict's ``evidence["nic"]["culprit"]``
+(the JSON string column), read by :func:`nic_ports_sql` and :func:`nic_ports`;
+the JSON output lists them as ``nic_ports``.
 """
 
 from __future__ import annotations
@@ -12,12 +19,54 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .stack_options import STACK_EXIT_CODES, NoStack, clickhouse_option, data_dir_option, query_target
 from .tables import printable
 from .verdicts_cmd import parse_since
+
+
+def nic_ports_sql(verdicts_table: str, since_ns: int | None) -> str:
+    """The evidence of the NIC verdicts :func:`~eroica.sinks.clickhouse.fleet.fleet_sql` counts, per node.
+
+    Same filter as ``fleet_sql``'s (a NIC finding has node scope, so its rows are the node's NIC row);
+    ``DISTINCT`` drops the windows whose evidence is the same. Shared-subset SQL, no bind parameters:
+    the table name is checked, the bound rendered by ``int()``.
+    """
+    from eroica.sinks.clickhouse.fleet import _table
+
+    since = f" AND window_end_ns >= {int(since_ns)}" if since_ns is not None else ""
+    return (f"SELECT DISTINCT node, evidence FROM {_table(verdicts_table)} FINAL\n"
+            f"WHERE kind = 'slow' AND component = 'nic' AND node != ''{since}")
+
+
+def nic_ports(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """node -> the NIC ports its verdicts blamed (``evidence["nic"]["culprit"]``), sorted; unreadable evidence skipped."""
+    out: dict[str, set[str]] = {}
+    for r in rows:
+        try:
+            ev = json.loads(r["evidence"]) if isinstance(r["evidence"], (str, bytes)) else r["evidence"]
+        except ValueError:
+            continue
+        nic = ev.get("nic") if isinstance(ev, dict) else None
+        port = nic.get("culprit") if isinstance(nic, dict) else nic
+        if isinstance(port, str) and port:
+            out.setdefault(str(r["node"]), set()).add(port)
+    return {node: sorted(ports) for node, ports in out.items()}
+
+
+def hardware(component: str, gpu: int, ports: list[str]) -> str:
+    """What was blamed, in words: ``GPU 1``, ``GPU 1 NVLink``, ``mlx5_0``, ``CPU`` ('-' where unknown)."""
+    if component == "nic":
+        return ",".join(ports) or "-"
+    if component in ("pcie", "nvlink"):
+        link = "PCIe" if component == "pcie" else "NVLink"
+        return f"GPU {gpu} {link}" if gpu >= 0 else link
+    if component == "host_cpu":
+        return "CPU"
+    return f"GPU {gpu}" if gpu >= 0 else "-"
 
 
 @click.command("fleet", epilog=STACK_EXIT_CODES)
@@ -56,6 +105,7 @@ def fleet(since: str, fmt: str, drain: bool, min_jobs: int, clickhouse_url: str 
         verdicts_t, summaries_t = table_names(clickhouse_url, resolve_data_dir(data_dir))
         per_job = target.sql(fleet_sql(verdicts_t, since_ns)).dicts()
         ends = target.sql(job_ends_sql(verdicts_t, summaries_t, since_ns)).dicts()
+        ports = nic_ports(target.sql(nic_ports_sql(verdicts_t, since_ns)).dicts()) if not drain else {}
     except (ClickHouseError, ValueError) as exc:
         click.echo(f"eroica fleet: {printable(exc)}", err=True)
         sys.exit(1)
@@ -67,7 +117,8 @@ def fleet(since: str, fmt: str, drain: bool, min_jobs: int, clickhouse_url: str 
             click.echo(printable(node))
         return
     if fmt == "json":
-        sys.stdout.write(json.dumps({"since_ns": since_ns, "culprits": [r.to_json() for r in rows]}, indent=1) + "\n")
+        culprits = [{**r.to_json(), "nic_ports": ports.get(r.node, []) if r.component == "nic" else []} for r in rows]
+        sys.stdout.write(json.dumps({"since_ns": since_ns, "culprits": culprits}, indent=1) + "\n")
         return
     if not rows:
         click.echo("no hardware blamed" + (f" since {printable(since)}" if since_ns is not None else ""))
@@ -77,8 +128,10 @@ def fleet(since: str, fmt: str, drain: bool, min_jobs: int, clickhouse_url: str 
     def when(ns: int) -> str:
         return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
 
-    head = ["node", "component", "gpu", "windows", "jobs", "GPU-h lost", "first seen (UTC)", "last seen (UTC)", "state"]
-    body = [[printable(r.node), printable(r.component), "-" if r.gpu < 0 else str(r.gpu), str(r.times_blamed), str(r.jobs),
+    head = ["node", "component", "hardware", "windows", "jobs", "GPU-h lost", "first seen (UTC)", "last seen (UTC)",
+            "state"]
+    body = [[printable(r.node), printable(r.component), printable(hardware(r.component, r.gpu, ports.get(r.node, []))),
+             str(r.times_blamed), str(r.jobs),
              f"{r.gpu_hours_lost:.2f}", when(r.first_seen_ns), when(r.last_seen_ns), "open" if r.open else "resolved"]
             for r in rows]
     # plain aligned columns (no box drawing): readable at any width and easy to grep

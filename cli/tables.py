@@ -152,10 +152,11 @@ def print_rows(columns: Sequence[str], rows: Sequence[Sequence[str]], wide: set[
     out.print(table)
 
 
-def render_verdicts(verdicts: Sequence[Verdict], out: Console | None = None) -> None:
+def render_verdicts(verdicts: Sequence[Verdict], out: Console | None = None, show_job: bool = False) -> None:
     """Verdicts as a table on a wide terminal, as blocks (head line + wrapped summary) on a narrow one.
 
-    Each field goes through :func:`printable`: a verdict's node and summary carry names.
+    Each field goes through :func:`printable`: a verdict's job, node and summary carry names.
+    ``show_job`` adds the job (after the window), for lists that may hold several jobs (``eroica verdicts``).
     """
     out = out or console()
     if not verdicts:
@@ -167,9 +168,10 @@ def render_verdicts(verdicts: Sequence[Verdict], out: Console | None = None) -> 
         # Two quantities, two names: how much slower the culprit's function runs (the verdict's
         # ``slowdown``, against its peers or its expected level) and what the job loses by it (``cost``).
         rows.append([printable(x) for x in (
-            time.strftime("%H:%M:%S", time.gmtime(v.window_start_ns / 1e9)), v.kind, v.component,
-            culprit, f"{v.slowdown:.2f}x", job_loss(v.cost), f"{v.confidence:.2f}", v.summary)])
-    columns = ["window", "kind", "component", "culprit", "fn slower", "job loses", "conf", "summary"]
+            time.strftime("%H:%M:%S", time.gmtime(v.window_start_ns / 1e9)), *([v.job] if show_job else []), v.kind,
+            v.component, culprit, f"{v.slowdown:.2f}x", job_loss(v.cost), f"{v.confidence:.2f}", v.summary)])
+    columns = ["window", *(["job"] if show_job else []), "kind", "component", "culprit", "fn slower", "job loses",
+               "conf", "summary"]
     fixed_width = sum(max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns[:-1]))
     if out.width - fixed_width - 3 * len(columns) - 1 >= MIN_TEXT + 10:
         from rich.table import Table
@@ -182,9 +184,11 @@ def render_verdicts(verdicts: Sequence[Verdict], out: Console | None = None) -> 
         out.print(table)
         return
     for r in rows:
-        out.print(wrap(f"{r[0]}  {r[2]} ({r[1]})  {r[3]}  fn {r[4]} slower  job loses {r[5]}  conf {r[6]}",
-                       out.width - 1), highlight=False, markup=False, soft_wrap=True)
-        out.print(wrap(r[7], out.width - 1, "    "), highlight=False, markup=False, soft_wrap=True)
+        window, job = r[0], (f"  {r[1]}" if show_job else "")
+        kind, component, culprit, slower, loses, conf, summary = r[2:] if show_job else r[1:]
+        out.print(wrap(f"{window}{job}  {component} ({kind})  {culprit}  fn {slower} slower  job loses {loses}  "
+                       f"conf {conf}", out.width - 1), highlight=False, markup=False, soft_wrap=True)
+        out.print(wrap(summary, out.width - 1, "    "), highlight=False, markup=False, soft_wrap=True)
 
 
 def job_loss(cost: float | None) -> str:

@@ -90,6 +90,7 @@ def verdicts(job: str | None, since: str | None, component: str | None, limit: i
     elif not found:
         click.echo("no verdict stored" + (" matching the filters" if job or since_ns or component else ""))
     else:
-        from .analyze_cmd import render_table
+        from .tables import render_verdicts
 
-        render_table(found)  # through cli/tables.py, which shows names with printable()
+        # several jobs may be stored: each row names its job (through printable(), as every name)
+        render_verdicts(found, show_job=True)

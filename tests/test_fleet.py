@@ -25,9 +25,11 @@ def _store(verdict_sink, make_verdict):
             vs.append(make_verdict(job=job, rank=25, node="node-3", gpu=1, window_start_ns=T0 + k * W,
                                    window_ns=W, job_slowdown=1.25, cost=1.25, gpu_hours_lost_per_hour=12.8))
     # job B, another node's NIC (node scope), once, in its first window
+    # (the port blamed is in its evidence, as the detector writes it: no column of the table holds it)
     vs.append(make_verdict(job="job-b", rank=-1, node="node-7", gpu=-1, scope="node", component="nic",
                            window_start_ns=T0, window_ns=W, job_slowdown=1.25, cost=1.05,
-                           gpu_hours_lost_per_hour=3.0476))
+                           gpu_hours_lost_per_hour=3.0476,
+                           evidence={"nic": {"culprit": "mlx5_0", "class": "rail"}, "link_gbps": {"culprit": 100.0}}))
     # a job-wide finding without a cost: not hardware, and its cost stays NaN (null)
     vs.append(make_verdict(job="job-b", rank=-1, node="", gpu=-1, scope="job", component="config",
                            window_start_ns=T0 + W, window_ns=W, job_slowdown=1.25))
@@ -94,10 +96,42 @@ def test_fleet_command(verdict_sink, make_verdict, monkeypatch, tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["culprits"][0]["node"] == "node-3" and data["culprits"][0]["jobs"] == 2
+    assert [c["nic_ports"] for c in data["culprits"]] == [[], ["mlx5_0"]]
+    # the table names what was blamed: the GPU's index for a GPU, the port for a NIC
+    res = runner.invoke(cli, ["fleet", "--since", "all", "--clickhouse", url, "--data-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    head, gpu, nic = res.output.splitlines()
+    assert head.split()[:3] == ["node", "component", "hardware"]
+    assert gpu.split()[:4] == ["node-3", "gpu", "GPU", "1"] and nic.split()[:3] == ["node-7", "nic", "mlx5_0"]
     res = runner.invoke(cli, ["fleet", "--since", "all", "--drain-list", "--clickhouse", url,
                               "--data-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert res.output.splitlines() == ["node-3"]
+
+
+def test_verdicts_command_names_each_rows_job(verdict_sink, make_verdict, tmp_path):
+    """``eroica verdicts`` over several jobs: every row says its job, as a table and as blocks at 80 columns."""
+    _store(verdict_sink, make_verdict)
+    cfg = verdict_sink.config
+    verdict_sink.close()
+    from eroica.cli.main import cli
+
+    url = (f"chdb://{cfg.chdb_path}?database={cfg.database}" if cfg.backend == "chdb"
+           else f"clickhouse://{cfg.user}@{cfg.host}:{cfg.port}/{cfg.database}")
+    runner = CliRunner()
+    wide = runner.invoke(cli, ["verdicts", "--clickhouse", url, "--data-dir", str(tmp_path)], env={"COLUMNS": "200"})
+    assert wide.exit_code == 0, wide.output
+    assert " job " in wide.output.splitlines()[1].replace("┃", " ")   # the header has a job column
+    lines = [line for line in wide.output.splitlines() if "node-" in line or "config" in line]
+    assert sum("job-a" in line for line in lines) == 3 and sum("job-b" in line for line in lines) == 4
+    narrow = runner.invoke(cli, ["verdicts", "--clickhouse", url, "--data-dir", str(tmp_path)], env={"COLUMNS": "80"})
+    assert narrow.exit_code == 0, narrow.output
+    heads = [line for line in narrow.output.splitlines() if not line.startswith(" ")]
+    assert len(heads) == 7 and all(line.split()[1] in ("job-a", "job-b") for line in heads)
+    assert [line.split()[1] for line in heads].count("job-a") == 3
+    # JSON is the contract's verdicts, which always carried the job
+    js = runner.invoke(cli, ["verdicts", "--format", "json", "--clickhouse", url, "--data-dir", str(tmp_path)])
+    assert sorted({v["job"] for v in json.loads(js.output)}) == ["job-a", "job-b"]
 
 
 def test_view_ddl_is_in_the_shared_subset_and_apart():
