@@ -19,6 +19,7 @@ from typing import IO
 import click
 
 from .stack_options import data_dir_option, resolve_data_dir
+from .tables import printable
 
 
 class _Interrupted(Exception):
@@ -69,9 +70,14 @@ stack already runs in the data directory), 2 usage error.""")
               metavar="SECONDS", help="Grace period per shutdown stage before SIGKILL.")
 @click.option("--ready-timeout", type=click.FloatRange(min=1.0), default=90.0, show_default=True,
               metavar="SECONDS", help="Give up when a part does not answer within this time at start.")
+@click.option("--metrics-port-base", type=click.IntRange(min=1, max=65535 - 99), default=None,
+              envvar="EROICA_METRICS_PORT_BASE", metavar="PORT",
+              help="Fixed Prometheus metrics ports: sink PORT, detector PORT+1, summariser PORT+10 "
+                   "(summariser-N PORT+9+N) [default: $EROICA_METRICS_PORT_BASE, else free ports]. Either way "
+                   "they are listed for Prometheus' file_sd in DATA_DIR/prometheus-targets.json.")
 def up(data_dir: Path | None, bootstrap: str | None, broker_kind: str | None, clickhouse_url: str | None,
        restart: bool, stop_timeout: float, ready_timeout: float, max_restarts: int,
-       restart_window: float, summarisers: int) -> None:
+       restart_window: float, summarisers: int, metrics_port_base: int | None) -> None:
     """Run broker, stream workers and ClickHouse sink on this machine until Ctrl-C."""
     from eroica.stack.local import LocalStack, StackError
     from eroica.kafka.admin import BrokerError
@@ -86,6 +92,9 @@ def up(data_dir: Path | None, bootstrap: str | None, broker_kind: str | None, cl
         reason = kafka_available()
         if reason:
             raise click.UsageError(f"--broker kafka: {reason}")
+    if metrics_port_base is not None and (metrics_port_base + 9 + summarisers > 65535 or summarisers > 90):
+        raise click.BadParameter(f"{metrics_port_base} with {summarisers} summariser(s): summariser-N's port "
+                                 f"PORT+9+N must be at most 65535, N at most 90", param_hint="--metrics-port-base")
     root = resolve_data_dir(data_dir).resolve()
     lock = _lock(root)
     stop = threading.Event()
@@ -101,15 +110,16 @@ def up(data_dir: Path | None, bootstrap: str | None, broker_kind: str | None, cl
     signal.signal(signal.SIGINT, on_signal)
     stack = LocalStack(root, kafka=bootstrap, broker_kind=broker_kind or "tansu", clickhouse_url=clickhouse_url,
                        restart=restart, stop_timeout_s=stop_timeout, max_restarts=max_restarts,
-                       restart_window_s=restart_window, summarisers=summarisers)
+                       restart_window_s=restart_window, summarisers=summarisers,
+                       metrics_port_base=metrics_port_base)
     try:
         stack.start(ready_timeout_s=ready_timeout)
         started.set()
     except _Interrupted as exc:
-        click.echo(f"eroica up: {exc} during start-up; stopped", err=True)
+        click.echo(f"eroica up: {printable(exc)} during start-up; stopped", err=True)
         sys.exit(1)
     except (StackError, BrokerError) as exc:
-        click.echo(f"eroica up: {exc}", err=True)
+        click.echo(f"eroica up: {printable(exc)}", err=True)
         sys.exit(1)
     _print_summary(stack)
     try:
@@ -123,7 +133,7 @@ def up(data_dir: Path | None, bootstrap: str | None, broker_kind: str | None, cl
 
 
 def _print_summary(stack: object) -> None:
-    from eroica.stack.local import LocalStack
+    from eroica.stack.local import TARGETS_FILE, LocalStack
 
     assert isinstance(stack, LocalStack)
     d = stack.data_dir
@@ -135,6 +145,7 @@ def _print_summary(stack: object) -> None:
              f"  clickhouse   {stack.sink_clickhouse_url}"]
     for name, svc in stack.services.items():
         lines.append(f"  {name:<12} pid {svc.pid}, {svc.health_url}, log {svc.log_path}")
+    lines.append(f"  prometheus   file_sd targets in {d / TARGETS_FILE} (rules: deploy/prometheus/)")
     flag = "" if str(d) == str(resolve_data_dir(None).resolve()) else f" --data-dir {d}"
     lines += ["",
               f"  eroica status{flag}",

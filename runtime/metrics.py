@@ -1,19 +1,32 @@
 """The pipeline's own health: Prometheus metrics of every long-running Eroica process.
 
-One set of metrics, defined here once and shared by every process (the
-``component`` label says which part counts): the sink worker, the alert
-consumer, and (hooks below) the stream workers and producers. Each process
-serves them on ``http://127.0.0.1:PORT/metrics`` (:func:`serve`), and ``eroica
-status`` reads them back (:func:`scrape_summary`).
+One set of metrics, defined here once (the ``component`` label says which
+part counts): the sink worker, the alert consumer, and (hooks below) the
+stream workers and producers. Each process serves them on
+``http://127.0.0.1:PORT/metrics`` with prometheus_client's own server
+(:func:`serve`), and ``eroica status`` reads them back (:func:`scrape_summary`).
+
+A process exports only its own series: no family is registered at import;
+each joins the registry on its first use, and :func:`serve` makes the series
+of the process's role at zero (:data:`ROLE_SERIES`), so the sink shows no
+``eroica_alert_*`` and the alert consumer no sink histogram.
 
 ====================================  ==================  ===============================================
 variable                              default             meaning
 ====================================  ==================  ===============================================
 EROICA_METRICS_PORT                   0                   port of the exposition: 0 = any free port,
                                                           ``off`` = none
+EROICA_METRICS_PORT_BASE              (unset)             when EROICA_METRICS_PORT is unset: a fixed port
+                                                          per role, base + offset (:func:`role_port`:
+                                                          sink +0, detector +1, alert +2, agent +3,
+                                                          summariser +10, summariser-N +9+N)
 EROICA_METRICS_ADDR                   127.0.0.1           address it listens on (0.0.0.0 in a container
                                                           that Prometheus scrapes from outside)
 ====================================  ==================  ===============================================
+
+``eroica up`` sets EROICA_METRICS_PORT for each child itself (a port per
+service, kept across the child's restarts) and lists them all for Prometheus
+in ``DATA_DIR/prometheus-targets.json`` (see ``stack/local.py``).
 
 Where the bound address goes: it is logged, and when ``EROICA_DATA_DIR`` is
 set (``eroica up`` gives every child its own) it is announced in
@@ -75,48 +88,122 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 
 __all__ = [
     "serve", "stop_serving", "MetricsServer", "records_in", "records_out", "invalid", "window_closed",
     "detection_delay", "sink_insert", "sink_insert_failure", "queue_drop", "offset_commit", "reason_label",
-    "scrape", "scrape_summary", "METRICS_FILE", "ENV_VARS",
+    "scrape", "scrape_summary", "family", "role_port", "metrics_port", "METRICS_FILE", "ENV_VARS",
+    "ROLE_PORT_OFFSETS",
 ]
 
 log = logging.getLogger("eroica.metrics")
 
-ENV_VARS: tuple[str, ...] = ("EROICA_METRICS_PORT", "EROICA_METRICS_ADDR")
+ENV_VARS: tuple[str, ...] = ("EROICA_METRICS_PORT", "EROICA_METRICS_PORT_BASE", "EROICA_METRICS_ADDR")
 METRICS_FILE = "metrics.json"
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _DELAY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 _FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
-RECORDS_IN = Counter("eroica_records_in", "Records or messages read.", ["component", "source"])
-RECORDS_OUT = Counter("eroica_records_out", "Rows or messages written.", ["component", "sink"])
-INVALID = Counter("eroica_invalid_records", "Records rejected, by reason.", ["component", "reason"])
-WINDOWS_CLOSED = Counter("eroica_windows_closed", "Job windows closed.", ["component"])
-DETECTION_DELAY = Histogram("eroica_detection_delay_seconds", "Window end to verdict emitted.", ["component"],
-                            buckets=_DELAY_BUCKETS)
-SINK_INSERT = Histogram("eroica_sink_insert_seconds", "Duration of a successful batch insert.", ["component"],
-                        buckets=_FAST_BUCKETS)
-SINK_INSERT_FAILURES = Counter("eroica_sink_insert_failures", "Failed insert attempts (retried).", ["component"])
-# Valid records a window did not count: ``late`` (their window had closed) or ``repeated`` (a copy of one
-# already in it: an at-least-once producer re-sent it). Either, steadily non-zero, names a producer problem.
-RECORDS_DROPPED = Counter("eroica_records_dropped", "Valid records not counted in their window, by reason.",
-                          ["component", "reason"])
-QUEUE_DROPS = Counter("eroica_producer_queue_drops", "Records dropped on a full producer queue.", ["component"])
-OFFSET_COMMITS = Counter("eroica_offset_commits", "Kafka offset commits after a durable write.", ["component"])
-ALERT_NOTIFICATIONS = Counter("eroica_alert_notifications", "Alert notifications by event and outcome.",
-                              ["event", "outcome"])
-ALERT_DELIVERY = Histogram("eroica_alert_delivery_seconds", "Duration of an accepted webhook delivery.",
-                           buckets=_FAST_BUCKETS)
-ALERT_DELIVERY_FAILURES = Counter("eroica_alert_delivery_failures", "Failed webhook attempts.", ["kind"])
-ALERT_OPEN_INCIDENTS = Gauge("eroica_alert_open_incidents", "Incidents open (notified, not resolved).")
+# Every family, by the module attribute that names it: (type, name, help, labels, extra arguments).
+# None of them is registered at import: a family joins the registry the first time this process
+# uses it (:func:`family`, or ``metrics.RECORDS_IN`` through the module ``__getattr__``), or when
+# :func:`serve` starts the exposition of a role that owns it (:data:`ROLE_SERIES`). A process
+# therefore exports only its own series: the sink no eroica_alert_*, the summariser no sink histogram.
+_FAMILIES: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]] = {
+    "RECORDS_IN": (Counter, "eroica_records_in", "Records or messages read.", ("component", "source"), {}),
+    "RECORDS_OUT": (Counter, "eroica_records_out", "Rows or messages written.", ("component", "sink"), {}),
+    "INVALID": (Counter, "eroica_invalid_records", "Records rejected, by reason.", ("component", "reason"), {}),
+    "WINDOWS_CLOSED": (Counter, "eroica_windows_closed", "Job windows closed.", ("component",), {}),
+    "DETECTION_DELAY": (Histogram, "eroica_detection_delay_seconds", "Window end to verdict emitted.",
+                        ("component",), {"buckets": _DELAY_BUCKETS}),
+    "SINK_INSERT": (Histogram, "eroica_sink_insert_seconds", "Duration of a successful batch insert.",
+                    ("component",), {"buckets": _FAST_BUCKETS}),
+    "SINK_INSERT_FAILURES": (Counter, "eroica_sink_insert_failures", "Failed insert attempts (retried).",
+                             ("component",), {}),
+    # Valid records a window did not count: ``late`` (their window had closed) or ``repeated`` (a copy of one
+    # already in it: an at-least-once producer re-sent it). Either, steadily non-zero, names a producer problem.
+    "RECORDS_DROPPED": (Counter, "eroica_records_dropped", "Valid records not counted in their window, by reason.",
+                        ("component", "reason"), {}),
+    "QUEUE_DROPS": (Counter, "eroica_producer_queue_drops", "Records dropped on a full producer queue.",
+                    ("component",), {}),
+    "OFFSET_COMMITS": (Counter, "eroica_offset_commits", "Kafka offset commits after a durable write.",
+                       ("component",), {}),
+    "ALERT_NOTIFICATIONS": (Counter, "eroica_alert_notifications", "Alert notifications by event and outcome.",
+                            ("event", "outcome"), {}),
+    "ALERT_DELIVERY": (Histogram, "eroica_alert_delivery_seconds", "Duration of an accepted webhook delivery.",
+                       (), {"buckets": _FAST_BUCKETS}),
+    "ALERT_DELIVERY_FAILURES": (Counter, "eroica_alert_delivery_failures", "Failed webhook attempts.", ("kind",),
+                                {}),
+    "ALERT_OPEN_INCIDENTS": (Gauge, "eroica_alert_open_incidents", "Incidents open (notified, not resolved).",
+                             (), {}),
+}
+
+if TYPE_CHECKING:  # what ``metrics.NAME`` gives callers (made on first use by ``__getattr__``)
+    RECORDS_IN: Counter
+    RECORDS_OUT: Counter
+    INVALID: Counter
+    WINDOWS_CLOSED: Counter
+    DETECTION_DELAY: Histogram
+    SINK_INSERT: Histogram
+    SINK_INSERT_FAILURES: Counter
+    RECORDS_DROPPED: Counter
+    QUEUE_DROPS: Counter
+    OFFSET_COMMITS: Counter
+    ALERT_NOTIFICATIONS: Counter
+    ALERT_DELIVERY: Histogram
+    ALERT_DELIVERY_FAILURES: Counter
+    ALERT_OPEN_INCIDENTS: Gauge
+
+_made: dict[str, Any] = {}
+_made_lock = threading.Lock()
+
+
+def family(attr: str) -> Any:
+    """The family ``attr`` (a key of ``_FAMILIES``, e.g. ``"RECORDS_IN"``), registered on its first use."""
+    made = _made.get(attr)
+    if made is None:
+        with _made_lock:
+            made = _made.get(attr)
+            if made is None:
+                kind, name, doc, labels, extra = _FAMILIES[attr]
+                made = _made[attr] = kind(name, doc, labels, registry=REGISTRY, **extra)
+    return made
+
+
+def __getattr__(name: str) -> Any:
+    """``metrics.ALERT_OPEN_INCIDENTS`` and the like: the family, made on first access (see ``_FAMILIES``)."""
+    if name in _FAMILIES:
+        return family(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# The series each role shows from its start, at zero, so that a rate() or an alert on them has a
+# sample before the first event (a counter that appears at 1 hides its first increment from rate()).
+# Label values: "{role}" is the role itself. Families whose labels are data (source, reason, event)
+# appear with their first event.
+ROLE_SERIES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "summariser": (("WINDOWS_CLOSED", ("{role}",)), ("RECORDS_DROPPED", ("{role}", "late")),
+                   ("RECORDS_DROPPED", ("{role}", "repeated"))),
+    "detector": (("WINDOWS_CLOSED", ("{role}",)), ("DETECTION_DELAY", ("{role}",))),
+    "sink": (("SINK_INSERT", ("{role}",)), ("SINK_INSERT_FAILURES", ("{role}",)), ("OFFSET_COMMITS", ("{role}",)),
+             ("DETECTION_DELAY", ("{role}",))),
+    "alert": (("ALERT_DELIVERY", ()), ("ALERT_OPEN_INCIDENTS", ()), ("ALERT_DELIVERY_FAILURES", ("transient",)),
+              ("ALERT_DELIVERY_FAILURES", ("refused",)), ("OFFSET_COMMITS", ("{role}",))),
+    "agent": (("QUEUE_DROPS", ("{role}",)),),
+}
+
+
+def declare_role(role: str) -> None:
+    """Make the series of :data:`ROLE_SERIES` ``role`` (at zero); other roles' families stay unregistered."""
+    for attr, labels in ROLE_SERIES.get(role, ()):
+        fam = family(attr)
+        if labels:
+            fam.labels(*(v.replace("{role}", role) for v in labels))
 
 # --- hooks -------------------------------------------------------------------------
 
@@ -145,90 +232,68 @@ def reason_label(reason: str) -> str:
 
 # The labelled children of the per-message counters, looked up once: ``labels()`` builds a key and
 # takes a lock (~10 us), once per frame on the summariser's hot path. Labels here are fixed names.
-_CHILDREN: dict[tuple[Any, str, str], Any] = {}
+_CHILDREN: dict[tuple[str, str, str], Any] = {}
 
 
-def _child(counter: Any, component: str, label: str) -> Any:
-    child = _CHILDREN.get((counter, component, label))
+def _child(attr: str, component: str, label: str) -> Any:
+    child = _CHILDREN.get((attr, component, label))
     if child is None:
-        child = _CHILDREN[(counter, component, label)] = counter.labels(component, label)
+        child = _CHILDREN[(attr, component, label)] = family(attr).labels(component, label)
     return child
 
 
 def records_in(component: str, source: str, n: int = 1) -> None:
-    _child(RECORDS_IN, component, source).inc(n)
+    _child("RECORDS_IN", component, source).inc(n)
 
 
 def records_out(component: str, sink: str, n: int = 1) -> None:
-    _child(RECORDS_OUT, component, sink).inc(n)
+    _child("RECORDS_OUT", component, sink).inc(n)
 
 
 def invalid(component: str, reason: str, n: int = 1) -> None:
-    INVALID.labels(component, reason_label(reason)).inc(n)
+    family("INVALID").labels(component, reason_label(reason)).inc(n)
 
 
 def records_dropped(component: str, reason: str, n: int = 1) -> None:
     """``reason``: ``late``, ``repeated`` or ``out_of_time`` (see ``RECORDS_DROPPED``)."""
     if n:
-        _child(RECORDS_DROPPED, component, reason).inc(n)
+        _child("RECORDS_DROPPED", component, reason).inc(n)
 
 
 def window_closed(component: str, n: int = 1) -> None:
-    WINDOWS_CLOSED.labels(component).inc(n)
+    family("WINDOWS_CLOSED").labels(component).inc(n)
 
 
 def detection_delay(component: str, seconds: float) -> None:
-    DETECTION_DELAY.labels(component).observe(max(0.0, float(seconds)))
+    family("DETECTION_DELAY").labels(component).observe(max(0.0, float(seconds)))
 
 
 def sink_insert(component: str, seconds: float) -> None:
-    SINK_INSERT.labels(component).observe(max(0.0, float(seconds)))
+    family("SINK_INSERT").labels(component).observe(max(0.0, float(seconds)))
 
 
 def sink_insert_failure(component: str) -> None:
-    SINK_INSERT_FAILURES.labels(component).inc()
+    family("SINK_INSERT_FAILURES").labels(component).inc()
 
 
 def queue_drop(component: str, n: int = 1) -> None:
-    QUEUE_DROPS.labels(component).inc(n)
+    family("QUEUE_DROPS").labels(component).inc(n)
 
 
 def offset_commit(component: str) -> None:
-    OFFSET_COMMITS.labels(component).inc()
+    family("OFFSET_COMMITS").labels(component).inc()
 
 
 # --- exposition --------------------------------------------------------------------
 
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "eroica-metrics"
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        if self.path.split("?", 1)[0] not in ("/metrics", "/"):
-            self.send_error(404)
-            return
-        body = generate_latest(REGISTRY)
-        self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, fmt: str, *args: Any) -> None:  # scrapes are not worth a log line
-        pass
-
-
 class MetricsServer:
-    """The process's exposition server (a daemon thread); ``url`` ends in ``/metrics``."""
+    """The process's exposition: prometheus_client's own server (a daemon thread); ``url`` ends in ``/metrics``."""
 
     def __init__(self, component: str, addr: str, port: int) -> None:
         self.component = component
-        self._httpd = ThreadingHTTPServer((addr, port), _Handler)
-        self._httpd.daemon_threads = True
-        host, bound = self._httpd.server_address[:2]
-        self.port = int(bound)
-        self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{self.port}/metrics"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="eroica-metrics", daemon=True)
-        self._thread.start()
+        self._httpd, self._thread = start_http_server(port, addr=addr, registry=REGISTRY)
+        self.port = int(self._httpd.server_port)
+        self.url = f"http://{'127.0.0.1' if addr in ('0.0.0.0', '::', '') else addr}:{self.port}/metrics"
         self.announced: Path | None = None
 
     def announce(self, data_dir: Path) -> None:
@@ -242,6 +307,7 @@ class MetricsServer:
     def stop(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+        self._thread.join(timeout=5)
         if self.announced is not None:
             try:
                 if json.loads(self.announced.read_text()).get("pid") == os.getpid():
@@ -253,41 +319,75 @@ class MetricsServer:
 _server: MetricsServer | None = None
 _server_lock = threading.Lock()
 
+# ``EROICA_METRICS_PORT_BASE`` + this = a role's port (see :func:`role_port`). The summarisers come last,
+# one port each from +10 (``summariser`` +10, ``summariser-2`` +11, ...), so adding one moves no other role.
+ROLE_PORT_OFFSETS: dict[str, int] = {"sink": 0, "detector": 1, "alert": 2, "agent": 3, "summariser": 10}
+MAX_INSTANCES = 90  # summariser-90 at base + 99: a base reserves 100 ports
 
-def _port_from_env(env: dict[str, str] | os._Environ) -> int | None:
-    raw = str(env.get("EROICA_METRICS_PORT", "")).strip().lower()
-    if raw in ("", "auto", "0"):
-        return 0
-    if raw in ("off", "none", "-1", "false", "no"):
+
+def role_port(base: int, name: str) -> int | None:
+    """The fixed port of service ``name`` (``sink``, ``summariser-3``) under port ``base``; None if unknown."""
+    role, _, index = name.rpartition("-")
+    if not (role in ROLE_PORT_OFFSETS and index.isdigit()):
+        role, index = name, "1"
+    offset = ROLE_PORT_OFFSETS.get(role)
+    if offset is None or not 1 <= int(index) <= (MAX_INSTANCES if role == "summariser" else 1):
         return None
+    return base + offset + int(index) - 1
+
+
+def _parse_port(var: str, raw: str) -> int:
     try:
         port = int(raw)
     except ValueError:
-        raise ValueError(f"EROICA_METRICS_PORT={raw!r}: use a port number, 0 (any free port) or 'off'") from None
+        raise ValueError(f"{var}={raw!r}: use a port number, 0 (any free port) or 'off'") from None
     if not 0 <= port <= 65535:
-        raise ValueError(f"EROICA_METRICS_PORT={raw!r}: port out of range")
+        raise ValueError(f"{var}={raw!r}: port out of range")
     return port
+
+
+def metrics_port(env: Mapping[str, str], component: str = "") -> int | None:
+    """The port ``serve(component)`` binds under ``env``: 0 = any free port, None = metrics off.
+
+    ``EROICA_METRICS_PORT`` (0/auto: any free port; off: none), else the role's
+    port under ``EROICA_METRICS_PORT_BASE`` (:func:`role_port`), else 0.
+    ValueError names a variable that is not a port.
+    """
+    raw = str(env.get("EROICA_METRICS_PORT", "")).strip().lower()
+    if raw in ("off", "none", "-1", "false", "no"):
+        return None
+    if raw not in ("", "auto"):
+        return _parse_port("EROICA_METRICS_PORT", raw)
+    base_raw = str(env.get("EROICA_METRICS_PORT_BASE", "")).strip()
+    if base_raw and component:
+        port = role_port(_parse_port("EROICA_METRICS_PORT_BASE", base_raw), component)
+        if port is not None and port <= 65535:
+            return port
+    return 0
 
 
 def serve(component: str, port: int | None | str = "env", *, addr: str | None = None,
           announce: bool = True) -> MetricsServer | None:
     """Start this process's exposition once (later calls return the same server); None when off.
 
-    ``port="env"``: from ``EROICA_METRICS_PORT`` (default 0 = any free port).
-    A port already taken is logged and the process runs without metrics: a
-    metrics endpoint must never keep a worker from working.
+    ``port="env"``: ``EROICA_METRICS_PORT``, else the role's fixed port under
+    ``EROICA_METRICS_PORT_BASE`` (:func:`role_port`), else any free port.
+    The families of ``component``'s role (:data:`ROLE_SERIES`) are made here,
+    at zero; no other role's. A port already taken is logged and the process
+    runs without metrics: a metrics endpoint must never keep a worker from working.
     """
     global _server
     with _server_lock:
         if _server is not None:
             return _server
         try:
-            bound_port = _port_from_env(os.environ) if port == "env" else port
+            bound_port = metrics_port(os.environ, component) if port == "env" else port
         except ValueError as exc:
             log.warning("%s; metrics off", exc)
             return None
         if bound_port is None:
             return None
+        declare_role(component)
         address = addr or os.environ.get("EROICA_METRICS_ADDR") or "127.0.0.1"
         try:
             _server = MetricsServer(component, address, int(bound_port))

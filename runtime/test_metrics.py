@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,11 +56,11 @@ def test_exposition_scrape_and_summary(tmp_path: Path) -> None:
 
 
 def test_port_from_the_environment() -> None:
-    assert metrics._port_from_env({}) == 0
-    assert metrics._port_from_env({"EROICA_METRICS_PORT": "off"}) is None
-    assert metrics._port_from_env({"EROICA_METRICS_PORT": "9464"}) == 9464
+    assert metrics.metrics_port({}) == 0
+    assert metrics.metrics_port({"EROICA_METRICS_PORT": "off"}) is None
+    assert metrics.metrics_port({"EROICA_METRICS_PORT": "9464"}) == 9464
     with pytest.raises(ValueError):
-        metrics._port_from_env({"EROICA_METRICS_PORT": "lots"})
+        metrics.metrics_port({"EROICA_METRICS_PORT": "lots"})
 
 
 def test_status_summarises_the_metrics_a_service_announces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,3 +83,45 @@ def test_status_summarises_the_metrics_a_service_announces(tmp_path: Path, monke
         assert extra.part == "alert" and extra.ok and extra.detail.startswith("metrics ")
     finally:
         server.stop()
+
+
+def test_role_ports_under_a_base() -> None:
+    """EROICA_METRICS_PORT_BASE gives each role a fixed port; EROICA_METRICS_PORT still wins."""
+    assert [metrics.role_port(9400, n) for n in ("sink", "detector", "alert", "agent", "summariser",
+                                                  "summariser-2", "summariser-90")] == \
+        [9400, 9401, 9402, 9403, 9410, 9411, 9499]
+    assert metrics.role_port(9400, "summariser-91") is None and metrics.role_port(9400, "sink-2") is None
+    assert metrics.role_port(9400, "test") is None
+    env = {"EROICA_METRICS_PORT_BASE": "9400"}
+    assert metrics.metrics_port(env, "detector") == 9401
+    assert metrics.metrics_port(env, "test") == 0                       # unknown role: any free port
+    assert metrics.metrics_port({**env, "EROICA_METRICS_PORT": "9999"}, "detector") == 9999
+    assert metrics.metrics_port({**env, "EROICA_METRICS_PORT": "off"}, "detector") is None
+    with pytest.raises(ValueError, match="EROICA_METRICS_PORT_BASE"):
+        metrics.metrics_port({"EROICA_METRICS_PORT_BASE": "x"}, "sink")
+
+
+_FAMILIES_OF = """
+import sys
+from prometheus_client import REGISTRY
+from eroica.runtime import metrics
+import eroica.kafka.publisher, eroica.runtime.state  # importers of metrics: they must register nothing
+server = metrics.serve(sys.argv[1], 0, announce=False)
+metrics.records_in(sys.argv[1], "t", 1)
+print(sorted(m.name for m in REGISTRY.collect() if m.name.startswith("eroica_")))
+server.stop()
+"""
+
+
+@pytest.mark.parametrize(("role", "families"), [
+    ("sink", ["eroica_detection_delay_seconds", "eroica_offset_commits", "eroica_records_in",
+              "eroica_sink_insert_failures", "eroica_sink_insert_seconds"]),
+    ("alert", ["eroica_alert_delivery_failures", "eroica_alert_delivery_seconds", "eroica_alert_open_incidents",
+               "eroica_offset_commits", "eroica_records_in"]),
+    ("summariser", ["eroica_records_dropped", "eroica_records_in", "eroica_windows_closed"]),
+])
+def test_each_process_exports_only_its_own_families(role: str, families: list[str]) -> None:
+    """A fresh process serving ``role`` shows its role's families and the ones it used, nothing else."""
+    r = subprocess.run([sys.executable, "-c", _FAMILIES_OF, role], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == repr(families)

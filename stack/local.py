@@ -14,10 +14,26 @@
 3. child processes ``python -m eroica.streams.faust summariser``, ``...
    detector`` (the stream workers, when installed) and ``python -m
    eroica.sinks.clickhouse`` (the sink): each layer's own entry point, never
-   the CLI; each with a free 127.0.0.1 web port, its own data directory and
-   its log file;
+   the CLI; each with a free 127.0.0.1 web port, its own data directory,
+   its log file and its Prometheus metrics port (below);
 
-then writes ``stack.json`` (see :mod:`eroica.runtime.state`). Children run in
+then writes ``stack.json`` (see :mod:`eroica.runtime.state`) and
+``prometheus-targets.json``.
+
+Metrics: each child serves its own series (see :mod:`eroica.runtime.metrics`)
+on a port the supervisor gives it in ``EROICA_METRICS_PORT``, chosen once and
+kept across the child's restarts. ``metrics_port_base`` (``eroica up
+--metrics-port-base``, ``$EROICA_METRICS_PORT_BASE``) fixes them, stable across
+stacks too: base + the role's offset (sink +0, detector +1, summariser +10,
+summariser-N +9+N; :func:`~eroica.runtime.metrics.role_port`). Unset, they
+are free ports picked at start, so that stacks started side by side (tests,
+two users on one machine) never collide; Prometheus finds them either way in
+``DATA_DIR/prometheus-targets.json``, a ``file_sd_configs`` targets file
+(``[{"targets": ["127.0.0.1:PORT"], "labels": {"role": "sink", "service":
+"sink"}}, ...]``) written at start, rewritten when an ``eroica alert`` sharing
+the data directory announces its metrics (``DATA_DIR/metrics.json``, role
+``alert``), and removed at a clean stop (a stopped stack is not "down").
+``$EROICA_METRICS_PORT=off`` turns the children's metrics off (empty file). Children run in
 their own sessions, so a Ctrl-C reaches only the supervisor, which stops them
 in dependency order (workers, then the sink so it drains what they emitted,
 then the broker): SIGTERM, a deadline, then SIGKILL of the child's process
@@ -48,7 +64,9 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import json
 import os
+import socket
 import signal
 import subprocess
 import sys
@@ -62,13 +80,18 @@ from eroica.kafka.admin import LARGE_MESSAGES, BrokerError, create_topics, wait_
 from eroica.kafka.config import KafkaConfig
 from eroica.runtime.state import read_state, remove_state, write_state
 from eroica.runtime.system import free_port, pid_alive
+from eroica.runtime import metrics as _metrics
 
 from .apache_kafka import KAFKA_VERSION, KafkaCluster
 from .tansu import TansuBroker
 
 Clock = Callable[[], float]
 
-__all__ = ["BROKERS", "LocalStack", "Service", "StackError", "service_role", "worker_command_available", "WORKERS"]
+__all__ = ["BROKERS", "LocalStack", "Service", "StackError", "service_role", "worker_command_available", "WORKERS",
+           "TARGETS_FILE"]
+
+TARGETS_FILE = "prometheus-targets.json"  # in the data directory: Prometheus file_sd_configs format
+_TARGETS_REFRESH_S = 2.0  # how often supervise_once looks for an announced `eroica alert`
 
 WORKERS: tuple[str, ...] = ("summariser", "detector")
 BROKERS: tuple[str, ...] = ("tansu", "kafka")
@@ -97,6 +120,17 @@ def worker_command_available() -> bool:
     return importlib.util.find_spec(CHILD_MODULES["summariser"] + ".__main__") is not None
 
 
+def _bindable(host: str, port: int) -> bool:
+    """Whether a listener could bind ``host:port`` now (SO_REUSEADDR, as the metrics server sets it)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     """Ask Linux to SIGTERM this child when the supervisor dies (no orphans after a SIGKILL)."""
     try:
@@ -122,6 +156,7 @@ class Service:
     restart_at: float | None = None  # restarting: when; failed: when the budget is back (None: never)
     started_at: float = 0.0
     restart_times: list[float] = field(default_factory=list)  # clock times of recent restarts (the window)
+    metrics_port: int | None = None  # its EROICA_METRICS_PORT (None: metrics off or not ours to set)
 
     @property
     def pid(self) -> int | None:
@@ -162,7 +197,8 @@ class Service:
     def describe(self) -> dict[str, Any]:
         return {"pid": self.pid, "port": self.port, "health_url": self.health_url, "state": self.state,
                 "restarts": self.restarts, "recent_restarts": len(self.restart_times),
-                "exit_code": self.exit_code, "log": str(self.log_path), "argv": self.argv}
+                "exit_code": self.exit_code, "log": str(self.log_path), "argv": self.argv,
+                "metrics_port": self.metrics_port}
 
 
 @dataclass
@@ -205,7 +241,8 @@ class LocalStack:
     rebalancing, each with its own data directory and port. A summariser is
     one Python process, so a job whose raw rate needs more than a core needs
     more of them. ``env``: the base environment of the children (default:
-    this process's).
+    this process's). ``metrics_port_base``: fixed metrics ports (see the
+    module docstring); None: free ports.
     """
 
     data_dir: Path
@@ -222,6 +259,7 @@ class LocalStack:
     clock: Clock = time.monotonic
     stop_timeout_s: float = 10.0
     env: Mapping[str, str] | None = None
+    metrics_port_base: int | None = None
     python: str = sys.executable
     on_event: Callable[[str], None] = lambda msg: print(f"eroica up: {msg}", file=sys.stderr, flush=True)
     services: dict[str, Service] = field(default_factory=dict)
@@ -234,6 +272,8 @@ class LocalStack:
     broker_port: int | None = None
     broker_state: str = "running"  # running, restarting, failed (managed broker only)
     _stopping: bool = False
+    _targets: list[dict[str, Any]] | None = None  # as last written to TARGETS_FILE
+    _targets_checked_at: float = float("-inf")
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).expanduser().resolve()
@@ -241,6 +281,12 @@ class LocalStack:
             raise ValueError(f"broker must be one of {', '.join(BROKERS)}, got {self.broker_kind!r}")
         if self.summarisers < 1:
             raise ValueError(f"summarisers must be at least 1, got {self.summarisers}")
+        if self.metrics_port_base is not None:
+            top = self.metrics_port_base + _metrics.ROLE_PORT_OFFSETS["summariser"] + self.summarisers - 1
+            if self.metrics_port_base < 1 or top > 65535 or self.summarisers > _metrics.MAX_INSTANCES:
+                raise ValueError(f"metrics port base {self.metrics_port_base} with {self.summarisers} "
+                                 f"summariser(s) needs ports up to {top}: use 1..{65535 - 99}, at most "
+                                 f"{_metrics.MAX_INSTANCES} summarisers")
 
     # -- derived ----------------------------------------------------------------------
     @property
@@ -272,8 +318,10 @@ class LocalStack:
             for spec in self._service_specs():
                 self.services[spec.name] = spec
                 spec.start(self.clock())
-                self.on_event(f"started {spec.name} (pid {spec.pid}, port {spec.port}, log {spec.log_path})")
+                self.on_event(f"started {spec.name} (pid {spec.pid}, port {spec.port}, metrics port "
+                              f"{spec.metrics_port or 'off'}, log {spec.log_path})")
             self.write_state()
+            self.write_targets()
             self.wait_ready(ready_timeout_s)
         except BaseException:
             self.stop()
@@ -289,7 +337,7 @@ class LocalStack:
         old = read_state(self.data_dir)
         if old is None or pid_alive(int(old.get("pid", 0))):
             return
-        candidates = [(old.get("kafka", {}).get("pid"), _BROKER_MARKERS)]
+        candidates: list[tuple[Any, tuple[bytes, ...]]] = [(old.get("kafka", {}).get("pid"), _BROKER_MARKERS)]
         ours = (*sorted({m.encode() for m in CHILD_MODULES.values()}), b"eroica.cli")  # eroica.cli: older stacks
         candidates += [(svc.get("pid"), ours) for svc in old.get("services", {}).values()]
         reaped = 0
@@ -353,12 +401,13 @@ class LocalStack:
                 "retention.bytes": str(int(base.get("EROICA_KAFKA_RETENTION_BYTES") or 256 * 1024 * 1024)),
                 **LARGE_MESSAGES}
 
-    def _child_env(self, name: str, port: int) -> dict[str, str]:
+    def _child_env(self, name: str, port: int, metrics_port: int | None) -> dict[str, str]:
         env = dict(os.environ if self.env is None else self.env)
         env.update({
             "EROICA_KAFKA_BOOTSTRAP": self.bootstrap,
             "EROICA_DATA_DIR": str(self.data_dir / name),
             "EROICA_WEB_PORT": str(port),
+            "EROICA_METRICS_PORT": "off" if metrics_port is None else str(metrics_port),
             "PYTHONUNBUFFERED": "1",
         })
         if name == "sink":
@@ -377,8 +426,10 @@ class LocalStack:
             if role == "summariser":
                 names += [f"summariser-{i}" for i in range(2, self.summarisers + 1)]
         specs = []
+        names.append("sink")
         taken: set[int] = set()
-        for name in [*names, "sink"]:
+        metrics_ports = self._metrics_ports(names, taken)
+        for name in names:
             role = service_role(name)
             port = free_port()
             while port in taken:
@@ -388,9 +439,71 @@ class LocalStack:
             argv = [self.python, "-m", CHILD_MODULES[role], *((role,) if role != "sink" else ())]
             # faust's web server (streams/faust/settings.py) serves /eroica/stats; the sink /health
             path = "/health" if name == "sink" else "/eroica/stats"
-            specs.append(Service(name, argv, self._child_env(name, port), port, f"http://127.0.0.1:{port}{path}",
-                                 self.data_dir / "logs" / f"{name}.log"))
+            specs.append(Service(name, argv, self._child_env(name, port, metrics_ports[name]), port,
+                                 f"http://127.0.0.1:{port}{path}", self.data_dir / "logs" / f"{name}.log",
+                                 metrics_port=metrics_ports[name]))
         return specs
+
+    def _metrics_ports(self, names: Sequence[str], taken: set[int]) -> dict[str, int | None]:
+        """Each service's metrics port (added to ``taken``): fixed under ``metrics_port_base``, else free.
+
+        A fixed port that something else holds is a StackError now, rather than
+        a child running without metrics (it would log it and carry on).
+        """
+        base_env = os.environ if self.env is None else self.env
+        try:
+            if _metrics.metrics_port(base_env) is None:  # EROICA_METRICS_PORT=off for the whole stack
+                return dict.fromkeys(names)
+        except ValueError:
+            pass  # a port number meant for one process: each child gets its own below
+        ports: dict[str, int | None] = {}
+        for name in names:
+            if self.metrics_port_base is not None:
+                port = _metrics.role_port(self.metrics_port_base, name)
+                assert port is not None  # names are known roles; __post_init__ checked the range
+                if not _bindable(self._metrics_host(), port):
+                    raise StackError(f"metrics port {port} of {name} (base {self.metrics_port_base}) is in use: "
+                                     f"stop what holds it or choose another --metrics-port-base")
+            else:
+                port = free_port()
+                while port in taken:
+                    port = free_port()
+            taken.add(port)
+            ports[name] = port
+        return ports
+
+    def _metrics_host(self) -> str:
+        """The address in the targets (the children's EROICA_METRICS_ADDR; a wildcard is scraped on loopback)."""
+        addr = (os.environ if self.env is None else self.env).get("EROICA_METRICS_ADDR") or "127.0.0.1"
+        return "127.0.0.1" if addr in ("0.0.0.0", "::", "") else addr
+
+    # -- Prometheus file_sd ---------------------------------------------------------------
+    def targets(self) -> list[dict[str, Any]]:
+        """The ``file_sd_configs`` groups: one per child with a metrics port, plus an announced ``eroica alert``."""
+        host = self._metrics_host()
+        groups = [{"targets": [f"{host}:{svc.metrics_port}"], "labels": {"role": service_role(name), "service": name}}
+                  for name, svc in self.services.items() if svc.metrics_port is not None]
+        ann = _metrics.read_announcement(self.data_dir)
+        if ann is not None and pid_alive(int(ann.get("pid") or 0)):
+            netloc = str(ann["url"]).split("://", 1)[-1].split("/", 1)[0]
+            component = str(ann.get("component") or "process")
+            groups.append({"targets": [netloc], "labels": {"role": component, "service": component}})
+        return groups
+
+    def write_targets(self) -> None:
+        """Write ``DATA_DIR/prometheus-targets.json`` atomically when its content changed.
+
+        Prometheus watches the file and rereads it on a rename, so a reader never
+        sees half of it.
+        """
+        groups = self.targets()
+        if groups == self._targets:
+            return
+        path = self.data_dir / TARGETS_FILE
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(groups, indent=1) + "\n")
+        os.replace(tmp, path)
+        self._targets = groups
 
     def wait_ready(self, timeout_s: float) -> None:
         """Wait until every child answers on its port; StackError naming the ones that do not."""
@@ -424,6 +537,12 @@ class LocalStack:
             changed |= self._supervise_service(svc, now)
         if changed:
             self.write_state()
+        if now - self._targets_checked_at >= _TARGETS_REFRESH_S:
+            self._targets_checked_at = now
+            try:
+                self.write_targets()
+            except OSError as exc:
+                self.on_event(f"cannot write {self.data_dir / TARGETS_FILE}: {exc}")
 
     def _supervise_service(self, svc: Service, now: float) -> bool:
         policy = self.policy
@@ -578,6 +697,8 @@ class LocalStack:
             self.broker.stop()
             self.broker = None
         remove_state(self.data_dir)
+        (self.data_dir / TARGETS_FILE).unlink(missing_ok=True)
+        self._targets = None
 
     def _stop_tier(self, tier: list[Service]) -> None:
         live = [s for s in tier if s.proc is not None and s.proc.poll() is None]
