@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from .stack_options import data_dir_option, kafka_bootstrap, kafka_option
+from .tables import printable
 
 
 def _components() -> list[str]:
@@ -47,17 +48,22 @@ Kafka, state file in use or corrupt), 2 usage error.""")
 @click.option("--no-window-clock", is_flag=True, default=False,
               help="Do not read the window-summary topic; healthy windows then go unseen and incidents "
                    "resolve by --stale-after only.")
+@click.option("--report-url-base", default=None, metavar="URL",
+              help="Link each notification to its job's report page, URL/<job file>.html, as `eroica report "
+                   "--out-dir DIR` names it (URL: DIR published over http(s), or file:///DIR); a URL with "
+                   "{job} gets the URL-encoded job there instead [default: $EROICA_REPORT_URL_BASE; no link].")
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
 def alert(webhook: str | None, min_confidence: float | None, components: tuple[str, ...], fmt: str | None,
           bootstrap: str | None, data_dir: Path | None, group: str | None, reminder: str | None,
           resolve_after: int | None,
           stale_after: str | None, state_path: Path | None, retry_max: str | None, no_window_clock: bool,
-          quiet: bool) -> None:
+          report_url_base: str | None, quiet: bool) -> None:
     """Turn verdicts into incident notifications on a webhook, until Ctrl-C / SIGTERM.
 
     One notification when an incident opens (its first verdict at or above
     --min-confidence), a reminder every --reminder while it persists, one when
-    it resolves (no verdict for it during --resolve-after windows of its job).
+    it resolves (no verdict for it during --resolve-after windows of its job,
+    or at once when the job ended: the detector's job-end marker).
     Offsets are committed only after the webhook accepted; a restart never
     sends an alert twice nor loses one (state in --state).
 
@@ -67,6 +73,8 @@ def alert(webhook: str | None, min_confidence: float | None, components: tuple[s
       eroica alert --webhook http://alertmanager:9093/api/v2/alerts --format alertmanager \\
                    --component gpu --component nic --min-confidence 0.8
       eroica alert --webhook http://127.0.0.1:8000/hook --kafka 127.0.0.1:9092 --reminder off
+      eroica alert --webhook http://alertmanager:9093/api/v2/alerts --format alertmanager \\
+                   --report-url-base https://reports.example/eroica   # pages: eroica report --out-dir
 
     With no --kafka, it reads the verdict topic of the stack `eroica up` runs
     (found in the data directory, as `eroica verdicts` finds it).
@@ -84,6 +92,7 @@ def alert(webhook: str | None, min_confidence: float | None, components: tuple[s
         overrides: dict[str, object] = {
             "webhook": webhook, "min_confidence": min_confidence, "components": components or None, "fmt": fmt,
             "group_id": group, "resolve_after": resolve_after, "state_path": state_path,
+            "report_url_base": report_url_base,
         }
         if reminder is not None:
             overrides["reminder_ns"] = parse_duration_ns(reminder, "--reminder")
@@ -107,10 +116,10 @@ def alert(webhook: str | None, min_confidence: float | None, components: tuple[s
     try:
         stats = consumer.run()
     except StateLockedError as exc:
-        click.echo(f"eroica alert: {exc}", err=True)
+        click.echo(f"eroica alert: {printable(exc)}", err=True)
         sys.exit(1)
     except (ValueError, OSError, RuntimeError) as exc:
-        click.echo(f"eroica alert: {type(exc).__name__}: {exc}", err=True)
+        click.echo(f"eroica alert: {type(exc).__name__}: {printable(exc)}", err=True)
         sys.exit(1)
     sent = ", ".join(f"{n} {e}" for e, n in sorted(stats.delivered.items())) or "none"
     click.echo(f"eroica alert: stopped; read {stats.consumed} messages ({stats.verdicts} verdicts); "

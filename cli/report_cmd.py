@@ -26,6 +26,9 @@ error, 3 no valid record in the input FILEs.""")
                                           "instead of from FILEs; with FILEs, keep only this job.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"),
               show_default=True, help="The HTML file to write ('-' for stdout).")
+@click.option("--out-dir", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write one page per job into this folder, named as `eroica alert --report-url-base` "
+                   "links to it (the job URL-encoded, .html); instead of -o.")
 @click.option("--window", "window_s", type=click.FloatRange(min=1.0), default=30.0, show_default=True,
               help="Window length in seconds when analysing FILEs (as `eroica analyze`).")
 @click.option("--since", default=None, metavar="DURATION",
@@ -33,8 +36,10 @@ error, 3 no valid record in the input FILEs.""")
 @clickhouse_option
 @data_dir_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
-def report(files: tuple[str, ...], job: str | None, output: Path, window_s: float, since: str | None,
-           clickhouse_url: str | None, data_dir: Path | None, quiet: bool) -> None:
+@click.pass_context
+def report(ctx: click.Context, files: tuple[str, ...], job: str | None, output: Path, out_dir: Path | None,
+           window_s: float, since: str | None, clickhouse_url: str | None, data_dir: Path | None,
+           quiet: bool) -> None:
     """Write one HTML page (no network needed to open it) for a job: who is slow, when, why.
 
     From FILEs (contract JSON Lines, gzip or '-'), the detection core runs
@@ -53,16 +58,22 @@ def report(files: tuple[str, ...], job: str | None, output: Path, window_s: floa
       eroica report run.jsonl.gz --window 20 -o - > run.html
       eroica report --job sim-1 --since 2h -o sim-1.html
       eroica report --job sim-1 --clickhouse clickhouse://127.0.0.1:9000/eroica
+      eroica report --job sim-1 --out-dir /srv/eroica-reports   # -> sim-1.html, what alerts link to
     """
     from eroica.report.render import render_page
 
     if not files and not job:
         raise click.UsageError("give FILE(s) to analyse, or --job J to read a job from ClickHouse")
+    if out_dir is not None and ctx.get_parameter_source("output") != click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("give -o FILE or --out-dir DIR, not both")
     if files:
         reports = _from_files(files, job, window_s, quiet)
     else:
         assert job is not None
         reports = _from_clickhouse(job, since, clickhouse_url, data_dir)
+    if out_dir is not None:
+        _write_per_job(reports, out_dir, quiet)
+        return
     page = render_page(reports, time.time_ns(), title=f"Eroica report: {', '.join(r.job for r in reports)}")
     if str(output) == "-":
         sys.stdout.write(page)
@@ -73,6 +84,23 @@ def report(files: tuple[str, ...], job: str | None, output: Path, window_s: floa
         found = sum(len(r.verdicts) for r in reports)
         where = "stdout" if str(output) == "-" else printable(output)
         click.echo(f"eroica report: {len(reports)} job(s), {found} verdict(s) -> {where}", err=True)
+
+
+def _write_per_job(reports: list, out_dir: Path, quiet: bool) -> None:
+    """One page per job, ``DIR/<report_file_name(job)>`` (the name alert links point to; sinks/alerts/links.py)."""
+    from eroica.report.render import render_page
+    from eroica.sinks.alerts.links import report_file_name
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    now = time.time_ns()
+    for r in reports:
+        path = out_dir / report_file_name(r.job)
+        tmp = path.with_name(f".{path.name}.tmp")  # a reader following a link never sees half a page
+        tmp.write_text(render_page([r], now, title=f"Eroica report: {r.job}"), encoding="utf-8")
+        tmp.replace(path)
+        if not quiet:
+            click.echo(f"eroica report: job {printable(repr(r.job))}, {len(r.verdicts)} verdict(s) -> "
+                       f"{printable(path)}", err=True)
 
 
 def _from_files(files: tuple[str, ...], job: str | None, window_s: float, quiet: bool) -> list:

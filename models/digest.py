@@ -197,6 +197,7 @@ class WindowDigest(msgspec.Struct):
     nic: dict[str, dict[str, float]] = {}   # "node/nic" -> metrics
     host: dict[str, dict[str, float]] = {}  # node -> metrics
     version: int = DIGEST_VERSION
+    folded: int = 0  # functions folded beyond the job's budget (streams/detection/budget.py)
 
 
 _R = TypeVar("_R", bound=_Rows)
@@ -235,6 +236,7 @@ def merge_digests(digests: Sequence[WindowDigest]) -> WindowDigest:
         for d in digests:
             merged.update(getattr(d, name))
         setattr(out, name, merged)
+    out.folded = sum(d.folded for d in digests)  # per partition: an upper bound of the distinct functions folded
     return out
 
 

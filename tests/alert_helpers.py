@@ -8,7 +8,8 @@ Not a test module (``tests`` is on sys.path through the root conftest).
   (rank 5) is throttled from step 0 to step 40 of 80, run through the
   detection core in 10 s windows: per window, the verdict messages and the
   window-summary message the streaming detector publishes (same encodings).
-- :func:`publish`: send such windows to the test's topics, key = job.
+- :func:`publish`: send such windows to the test's topics, key = job;
+  :func:`publish_job_end`: the detector's job-end marker after them.
 """
 
 from __future__ import annotations
@@ -121,6 +122,19 @@ def publish(bootstrap: str, verdicts_topic: str, window_summaries_topic: str, wi
             p.produce(window_summaries_topic, w.patterns, w.job.encode())
     left = p.flush(15)
     assert left == 0, f"{left} messages not delivered to the broker"
+
+
+def publish_job_end(bootstrap: str, verdicts_topic: str, job: str, last_window_start_ns: int) -> None:
+    """The detector's job-end marker for ``job`` (models/job_end.py) on the verdict topic, key = job; flushed."""
+    from confluent_kafka import Producer
+
+    from eroica.models.job_end import JobEnd, encode_job_end
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    p.produce(verdicts_topic, encode_job_end(JobEnd(job=job, last_window_start_ns=last_window_start_ns)),
+              job.encode())
+    left = p.flush(15)
+    assert left == 0, "the job-end marker was not delivered to the broker"
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:

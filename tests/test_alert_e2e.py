@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from alert_helpers import Webhook, detector_windows, publish
+from alert_helpers import Webhook, detector_windows, publish, publish_job_end
 from sink_helpers import wait_for
 
 from eroica.runtime.metrics import read_announcement, scrape
@@ -99,3 +99,54 @@ def test_opened_once_and_resolved_once_across_a_sigkill(kafka_bootstrap: str, tm
         hook.close()
     if procs[1].returncode not in (0, -signal.SIGKILL):
         pytest.fail(log.read_text()[-3000:])
+
+
+def test_a_job_that_ends_resolves_at_once_with_a_link_to_its_report(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Issue 36 item 4: the job ends while its incident is open; the detector's job-end marker resolves it
+    at once (no reminder, no 'stale' minutes later), and Alertmanager's generatorURL is the job's page."""
+    from urllib.parse import quote
+
+    from eroica.sinks.alerts.links import report_file_name
+
+    windows = detector_windows(tmp_path)
+    job = windows[0].job
+    prefix = f"j{uuid.uuid4().hex[:8]}"
+    verdicts, patterns = f"{prefix}.eroica.verdicts", f"{prefix}.eroica.window-summaries"
+    hook = Webhook()
+    env = {**os.environ, "EROICA_KAFKA_TOPIC_VERDICTS": verdicts, "EROICA_KAFKA_TOPIC_WINDOW_SUMMARIES": patterns,
+           "EROICA_KAFKA_PARTITIONS": str(PARTITIONS), "EROICA_ALERT_SESSION_TIMEOUT_MS": "2000",
+           "EROICA_METRICS_PORT": "0", "EROICA_DATA_DIR": str(tmp_path / "data"), "PYTHONUNBUFFERED": "1",
+           "EROICA_REPORT_URL_BASE": "https://reports.example/eroica/"}
+    args = ["--webhook", hook.url, "--kafka", kafka_bootstrap, "--group", f"{prefix}.alert",
+            "--state", str(tmp_path / "state.json"), "--resolve-after", "2", "--reminder", "2s",
+            "--stale-after", "10m", "--format", "alertmanager"]
+    log = tmp_path / "alert.log"
+
+    def events() -> list[str]:
+        return [r["body"][0]["annotations"]["event"] for r in list(hook.received)]
+
+    proc = _start(args, env, log)
+    try:
+        upto = max(i for i, w in enumerate(windows) if any(c >= 0.7 for _i, c in w.incidents)) + 1
+        publish(kafka_bootstrap, verdicts, patterns, windows[:upto])  # the fault, through its last alarm
+        wait_for(lambda: events()[:1] == ["opened"], 40, "the opened notification")
+        publish_job_end(kafka_bootstrap, verdicts, job, windows[upto - 1].start_ns)  # then the job ends
+        t0 = time.monotonic()
+        wait_for(lambda: "resolved" in events(), 20, "the resolved notification")
+        took = time.monotonic() - t0
+        time.sleep(3)                                                # a reminder (every 2 s) would show now
+        got = events()
+        assert got[-1] == "resolved" and got.count("resolved") == 1, log.read_text()[-3000:]
+        assert "reminder" not in got[got.index("resolved"):]
+        resolved = hook.received[-1]["body"][0]
+        assert resolved["annotations"]["resolution"].startswith("the job ended") and took < 10
+        link = f"https://reports.example/eroica/{quote(report_file_name(job), safe='')}"
+        assert resolved["generatorURL"] == link
+        assert all(r["body"][0]["generatorURL"] == link for r in hook.received)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        hook.close()

@@ -27,6 +27,9 @@ EROICA_ALERT_WINDOW_CLOCK             on                    read the window-summ
                                                             event-time clock (``off``: verdicts only,
                                                             so a healthy job resolves by wall clock)
 EROICA_ALERT_SESSION_TIMEOUT_MS       6000                  consumer group session timeout
+EROICA_REPORT_URL_BASE                (none)                where the jobs' report pages are published:
+                                                            each notification links to BASE/<job file>
+                                                            (links.py; ``eroica report --out-dir``)
 ====================================  ====================  =============================================
 """
 
@@ -43,6 +46,7 @@ from eroica.models.verdict import COMPONENTS
 from eroica.kafka.config import KafkaConfig
 
 from .incidents import TrackerSettings
+from .links import check_base
 from .payloads import FORMATS
 
 __all__ = ["AlertConfig", "ENV_VARS", "DEFAULT_GROUP", "parse_duration_ns", "default_state_path"]
@@ -52,7 +56,7 @@ ENV_VARS: tuple[str, ...] = (
     "EROICA_ALERT_WEBHOOK", "EROICA_ALERT_FORMAT", "EROICA_ALERT_MIN_CONFIDENCE", "EROICA_ALERT_COMPONENTS",
     "EROICA_ALERT_GROUP", "EROICA_ALERT_REMINDER", "EROICA_ALERT_RESOLVE_AFTER", "EROICA_ALERT_STALE_AFTER",
     "EROICA_ALERT_STATE", "EROICA_ALERT_RETRY_MAX_S", "EROICA_ALERT_TIMEOUT_S", "EROICA_ALERT_WINDOW_CLOCK",
-    "EROICA_ALERT_SESSION_TIMEOUT_MS",
+    "EROICA_ALERT_SESSION_TIMEOUT_MS", "EROICA_REPORT_URL_BASE",
 )
 
 _UNITS = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9}
@@ -109,8 +113,11 @@ class AlertConfig:
     shutdown_timeout_s: float = 10.0
     create_topics: bool = True
     max_poll_messages: int = 500
+    report_url_base: str = ""           # "": notifications carry no report link
 
     def __post_init__(self) -> None:
+        if self.report_url_base:
+            object.__setattr__(self, "report_url_base", check_base(self.report_url_base))
         if not self.webhook or not re.match(r"^https?://", self.webhook):
             raise ValueError(f"webhook {self.webhook!r}: an http:// or https:// URL is required")
         if self.fmt not in FORMATS:
@@ -182,6 +189,8 @@ class AlertConfig:
             kw["stale_ns"] = parse_duration_ns(stale, "EROICA_ALERT_STALE_AFTER")
         if env.get("EROICA_ALERT_STATE"):
             kw["state_path"] = Path(env["EROICA_ALERT_STATE"]).expanduser()
+        if env.get("EROICA_REPORT_URL_BASE", "").strip():
+            kw["report_url_base"] = env["EROICA_REPORT_URL_BASE"]
         if env.get("EROICA_ALERT_WINDOW_CLOCK"):
             kw["window_clock"] = _flag(env["EROICA_ALERT_WINDOW_CLOCK"], "EROICA_ALERT_WINDOW_CLOCK")
         kw.update({k: v for k, v in overrides.items() if v is not None})

@@ -7,7 +7,9 @@ INSERT; both run the shared :mod:`eroica.kafka.loop`):
    event-time clock, ``eroica.window-summaries`` (one msgpack list of window
    summaries per analysed window) in the consumer's own group, auto-commit off;
 2. apply each message to the :class:`~eroica.sinks.alerts.incidents.IncidentTracker`
-   (pure, idempotent); once a second, ask it for due resolutions and reminders;
+   (pure, idempotent); a job-end marker on the verdict topic
+   (:mod:`eroica.models.job_end`) resolves the job's incidents at once; once a
+   second, ask it for due resolutions and reminders;
 3. deliver every queued notification, oldest first, retrying transient
    failures with backoff (partitions paused, the consumer still polling so it
    keeps its group membership); after each accepted delivery record its id
@@ -45,6 +47,7 @@ from typing import Any
 import msgspec
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Message, Producer, TopicPartition
 
+from eroica.models.job_end import decode_job_end
 from eroica.models.limits import MAX_VERDICT_BYTES, LimitError, check_msgpack, failure_reason
 from eroica.models.verdict import Verdict, decode_verdict_message as _decode_verdicts
 from eroica.kafka.admin import ensure_topics
@@ -115,6 +118,7 @@ class AlertStats:
     consumed: int = 0
     verdicts: int = 0
     windows: int = 0
+    job_ends: int = 0      # job-end markers read (each resolves the job's incidents)
     invalid: int = 0
     deadletters: int = 0   # rejected messages delivered to the dead-letter topic
     delivered: dict[str, int] = field(default_factory=dict)   # event -> count
@@ -213,9 +217,14 @@ class AlertConsumer:
         self._dirty = True
         try:
             if msg.topic() == self.config.kafka.verdicts_topic:
-                for v in decode_verdict_message(msg.value()):
-                    self.stats.verdicts += 1
-                    self.state.enqueue(self.state.tracker.observe_verdict(v, now))
+                end = decode_job_end(msg.value())
+                if end is not None:  # the job ended: its incidents resolve now (models/job_end.py)
+                    self.stats.job_ends += 1
+                    self.state.enqueue(self.state.tracker.observe_job_end(end.job, now))
+                else:
+                    for v in decode_verdict_message(msg.value()):
+                        self.stats.verdicts += 1
+                        self.state.enqueue(self.state.tracker.observe_verdict(v, now))
             else:
                 for job, start, end in decode_window_message(msg.value()):
                     self.stats.windows += 1
@@ -311,7 +320,8 @@ class AlertConsumer:
                 metrics.ALERT_NOTIFICATIONS.labels(n.event, "duplicate").inc()
                 continue
             t0 = time.perf_counter()
-            result = self._send(cfg.webhook, render(n, cfg.fmt, reminder_ns=cfg.reminder_ns),
+            result = self._send(cfg.webhook, render(n, cfg.fmt, reminder_ns=cfg.reminder_ns,
+                                                    report_url_base=cfg.report_url_base),
                                 n.notification_id, timeout_s=cfg.timeout_s)
             if result.outcome == "transient":
                 self.stats.delivery_failures += 1

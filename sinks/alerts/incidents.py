@@ -29,6 +29,15 @@ never resolves an incident early. A job that stops sending entirely has no
 watermark to move: after ``stale_ns`` of wall time without any message for the
 job its incidents resolve too (reason ``stale``).
 
+A job that *ended* says so: the detector publishes a job-end marker on the
+verdict topic after the job's last verdicts (:mod:`eroica.models.job_end`).
+``observe_job_end`` resolves every incident of the job at once (reason
+``job_ended``; pending ones just end), so no reminder follows and nothing waits
+for windows that will never come. The marker comes after every verdict of the
+job on the same partition, so no verdict of the job can still be waiting: no
+caught-up check is needed. A job that comes back (a second replay) opens new
+occurrences with its later windows, as after any resolution.
+
 A verdict for an incident that was already resolved and whose window starts
 before the resolution point is late and ignored; a later one re-opens it as a
 new **occurrence** (its notifications get new ids).
@@ -50,9 +59,10 @@ import msgspec
 from eroica.models.verdict import Verdict, finding_key, incident_id as make_incident_id
 
 __all__ = ["Notification", "Incident", "JobClock", "IncidentTracker", "TrackerSettings", "notification_id",
-           "EVENTS"]
+           "EVENTS", "RESOLUTIONS"]
 
 EVENTS = ("opened", "reminder", "resolved")
+RESOLUTIONS = ("windows", "stale", "job_ended")
 STATE_VERSION = 1
 
 
@@ -90,7 +100,7 @@ class Notification(msgspec.Struct, kw_only=True):
     opened_at_ns: int              # wall time of the opening (0 while pending)
     created_at_ns: int             # wall time this notification was made
     resolved_at_ns: int = 0
-    resolution: str = ""           # "windows" (event time) or "stale" (wall clock) for resolved
+    resolution: str = ""           # resolved: "windows" (event time), "stale" (wall clock), "job_ended" (its end)
     # what the problem costs (optional verdict fields; None when the detector could not tell)
     job_slowdown: float | None = None
     cost: float | None = None
@@ -196,6 +206,30 @@ class IncidentTracker:
             return [self._notification(inc, "opened", 0, now_ns)]
         return []
 
+    def observe_job_end(self, job: str, now_ns: int) -> list[Notification]:
+        """The job ended (its job-end marker): every incident of it resolves now; the resolved notifications.
+
+        Idempotent: a marker read again finds them resolved and changes nothing.
+        """
+        clock = self.jobs.setdefault(job, JobClock())
+        clock.last_activity_ns = max(clock.last_activity_ns, int(now_ns))
+        out: list[Notification] = []
+        for inc in list(self.incidents_of(job)):
+            if inc.status != "resolved":
+                n = self._resolve(inc, "job_ended", clock, now_ns)
+                if n is not None:
+                    out.append(n)
+        return out
+
+    def _resolve(self, inc: Incident, resolution: str, clock: JobClock, now_ns: int) -> Notification | None:
+        """Resolve ``inc``; its resolved notification if it was open (a pending one just ends)."""
+        was_open = inc.status == "open"
+        inc.status = "resolved"
+        inc.resolution = resolution
+        inc.resolved_at_ns = int(now_ns)
+        inc.resolved_through_ns = max(clock.watermark_ns, inc.last_window_end_ns)
+        return self._notification(inc, "resolved", 0, now_ns) if was_open else None
+
     def _reopen(self, old: Incident, v: Verdict) -> Incident:
         inc = Incident(incident_id=old.incident_id, job=v.job, status="pending", occurrence=old.occurrence + 1,
                        first_window_start_ns=v.window_start_ns, last_window_end_ns=v.window_end_ns,
@@ -219,13 +253,9 @@ class IncidentTracker:
             elif caught_up and now_ns - clock.last_activity_ns >= s.stale_after(inc.window_ns):
                 resolution = "stale"
             if resolution:
-                was_open = inc.status == "open"
-                inc.status = "resolved"
-                inc.resolution = resolution
-                inc.resolved_at_ns = int(now_ns)
-                inc.resolved_through_ns = max(clock.watermark_ns, inc.last_window_end_ns)
-                if was_open:
-                    out.append(self._notification(inc, "resolved", 0, now_ns))
+                n = self._resolve(inc, resolution, clock, now_ns)
+                if n is not None:
+                    out.append(n)
                 continue
             if inc.status == "open" and s.reminder_ns > 0 and now_ns - inc.last_notified_ns >= s.reminder_ns:
                 inc.reminders += 1

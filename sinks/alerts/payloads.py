@@ -17,6 +17,11 @@ No I/O here: ``render(notification, fmt)`` returns the bytes to POST.
   reminders keep it firing, or 24 h without reminders) and the resolved one
   ``endsAt`` = the resolution time, which is how Alertmanager learns it ended.
 
+With a report URL base (``eroica alert --report-url-base``), every body links
+to the job's report page (:mod:`.links`): ``report_url`` in ``json``, a link
+in the Slack message (its URL holds no ``<``, ``>`` or ``|``, its text is
+escaped), ``generatorURL`` in ``alertmanager`` (``""`` without a base).
+
 Names reach the ``json`` and ``alertmanager`` bodies as plain JSON strings:
 every body is a Python structure encoded by msgspec, nothing is built as JSON
 or markup by string formatting, so the encoder escapes whatever a name holds.
@@ -30,6 +35,7 @@ from typing import Any
 import msgspec
 
 from .incidents import Notification
+from .links import report_url
 from .mrkdwn import escape as md
 from .mrkdwn import text_object
 
@@ -92,14 +98,17 @@ def cost_text(n: Notification) -> str:
 def _resolution_text(n: Notification) -> str:
     if n.resolution == "stale":
         return "the job stopped sending telemetry"
+    if n.resolution == "job_ended":
+        return "the job ended (its telemetry stream's end)"
     return "no verdict for it in the following windows"
 
 
-def as_json(n: Notification) -> dict[str, Any]:
-    return {"schema": SCHEMA, **msgspec.to_builtins(n), **cost_fields(n)}
+def as_json(n: Notification, *, report_url_base: str = "") -> dict[str, Any]:
+    return {"schema": SCHEMA, **msgspec.to_builtins(n), **cost_fields(n),
+            "report_url": report_url(report_url_base, n.job)}
 
 
-def as_slack(n: Notification) -> dict[str, Any]:
+def as_slack(n: Notification, *, report_url_base: str = "") -> dict[str, Any]:
     """The Slack message: mrkdwn whose only markup is ours (every name and the summary escaped)."""
     text = f"{_EMOJI.get(n.event, '')} {md(headline(n))}".strip()
     detail = md(n.summary)
@@ -113,6 +122,9 @@ def as_slack(n: Notification) -> dict[str, Any]:
         fields.append(f"*Cost*\n{md(cost_text(n))}")
     if n.fn:
         fields.append(f"*Function*\n`{md(n.fn[:120])}`")  # cut before escaping: never half an entity
+    link = report_url(report_url_base, n.job)
+    if link:  # links.py: the URL holds no < > | or space; the text is escaped like every name, on one line
+        detail += f"\n<{md(link)}|Report of job {md(' '.join(n.job[:120].splitlines()))}>"
     return {
         "text": text,
         "blocks": [
@@ -125,7 +137,7 @@ def as_slack(n: Notification) -> dict[str, Any]:
     }
 
 
-def as_alertmanager(n: Notification, *, reminder_ns: int = 0) -> list[dict[str, Any]]:
+def as_alertmanager(n: Notification, *, reminder_ns: int = 0, report_url_base: str = "") -> list[dict[str, Any]]:
     labels = {
         "alertname": "EroicaHang" if n.kind == "hang" else "EroicaSlowdown",
         "severity": "critical" if n.kind == "hang" else "warning",
@@ -154,18 +166,18 @@ def as_alertmanager(n: Notification, *, reminder_ns: int = 0) -> list[dict[str, 
     return [{
         "labels": labels, "annotations": annotations,
         "startsAt": _rfc3339(n.opened_at_ns or n.created_at_ns), "endsAt": _rfc3339(ends),
-        "generatorURL": "",
+        "generatorURL": report_url(report_url_base, n.job),
     }]
 
 
-def render(n: Notification, fmt: str = "json", *, reminder_ns: int = 0) -> bytes:
-    """The request body for ``fmt`` (one of :data:`FORMATS`)."""
+def render(n: Notification, fmt: str = "json", *, reminder_ns: int = 0, report_url_base: str = "") -> bytes:
+    """The request body for ``fmt`` (one of :data:`FORMATS`); ``report_url_base``: see :mod:`.links`."""
     if fmt == "json":
-        doc: Any = as_json(n)
+        doc: Any = as_json(n, report_url_base=report_url_base)
     elif fmt == "slack":
-        doc = as_slack(n)
+        doc = as_slack(n, report_url_base=report_url_base)
     elif fmt == "alertmanager":
-        doc = as_alertmanager(n, reminder_ns=reminder_ns)
+        doc = as_alertmanager(n, reminder_ns=reminder_ns, report_url_base=report_url_base)
     else:
         raise ValueError(f"unknown notification format {fmt!r} (use one of {', '.join(FORMATS)})")
     return _encoder.encode(doc)

@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 from eroica.models.limits import MAX_VERDICT_BYTES, LimitError, check_msgpack, failure_reason
 from eroica.models.summary import WindowSummary
+from eroica.models.job_end import decode_job_end
 from eroica.models.verdict import Verdict, decode_verdict_message
 
 from .shaping import summary_row, verdict_row
@@ -53,9 +54,15 @@ def _first_line(exc: BaseException) -> str:
 
 
 def decode_verdicts(value: bytes | None) -> list[tuple[Verdict, tuple]]:
-    """Verdicts of one message with their rows; RejectedMessage with a reason otherwise."""
+    """Verdicts of one message with their rows; RejectedMessage with a reason otherwise.
+
+    A job-end marker (:mod:`eroica.models.job_end`, the detector's "this job
+    ended" on the verdict topic) is no verdict and no mistake: no row, no dead letter.
+    """
     if not value:
         raise RejectedMessage("empty message (no verdict)")
+    if decode_job_end(value) is not None:
+        return []
     try:  # size and depth bounded before msgspec sees the bytes (models/limits.py)
         verdicts = decode_verdict_message(value)
     except Exception as exc:  # DecodeError with the reason; nothing else can escape

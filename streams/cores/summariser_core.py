@@ -61,6 +61,8 @@ from eroica.models.frames import (
     frame_kind,
 )
 from eroica.kafka.framing import NODE_LEVEL, frame_key
+from eroica.models.limits import MAX_VERDICT_BYTES
+from eroica.streams.detection.budget import fold_fns
 from eroica.streams.detection.summarise import digest_window
 from eroica.streams.detection.windows import JobWindow, WindowAssembler
 from eroica.runtime import metrics
@@ -71,6 +73,9 @@ from .step import DEADLETTER, SUMMARIES, Send, Step, dead_letter
 __all__ = ["PartitionSummariser", "JobClock", "InputDrain", "SummariserStats", "RECOVERY_GRACE_S",
            "SUMMARIES", "DEADLETTER", "Send", "Step"]
 
+# A digest message must fit the summaries topic's max.message.bytes (kafka/admin.py LARGE_MESSAGES, 16 MiB)
+# with room for the record batch's own framing: 90% of it.
+DIGEST_BYTES = MAX_VERDICT_BYTES * 9 // 10
 _NO_MARK = np.iinfo(np.int64).min
 _MAX_MARK = np.iinfo(np.int64).max
 
@@ -83,6 +88,7 @@ class SummariserStats:
     repeated_records: int = 0  # copies of records already in their window (delivered twice), dropped
     out_of_time: int = 0  # records outside the event-time bounds, dead-lettered
     after_end: int = 0  # records for windows analysed at their job's end, sent after it: dead-lettered
+    folded_functions: int = 0  # functions folded to fit a digest into its message (streams/detection/budget.py)
     corrupt: int = 0
     job_records: int = 0
     end_markers: int = 0
@@ -551,7 +557,7 @@ class PartitionSummariser:
             through_ns = closed_ns if i == len(windows) - 1 else w.start_ns
             msg = DigestMsg(job=job, start_ns=w.start_ns, end_ns=w.end_ns, source=self.source, keys=keys,
                             closed_through_ns=through_ns, records=records, digest=digest_window(w))
-            step.sends.append(Send(SUMMARIES, key_bytes, encode_message(msg)))
+            step.sends.append(Send(SUMMARIES, key_bytes, self._bounded(msg)))
             self.stats.digests += 1
             self.stats.digest_records += records
             metrics.window_closed("summariser")
@@ -567,6 +573,25 @@ class PartitionSummariser:
         js.reported_through = js.closed_through
         step.acks.extend(js.take_held(js.closed_through))
         return step
+
+    def _bounded(self, msg: DigestMsg) -> bytes:
+        """The digest message, its function rows folded further while it exceeds :data:`DIGEST_BYTES`.
+
+        Only a job with many functions on many ranks of one partition gets here:
+        the message could not be sent as it is (the topic refuses it, and the
+        worker would retry it forever). Rows are cut in proportion to the excess,
+        with a margin, so one or two passes fit it.
+        """
+        data = encode_message(msg)
+        for _ in range(4):
+            if len(data) <= DIGEST_BYTES or len(msg.digest.fns) == 0:
+                break
+            rows = int(len(msg.digest.fns) * DIGEST_BYTES / len(data) * 0.8)
+            before = msg.digest.folded
+            msg.digest = fold_fns(msg.digest, max_rows=max(rows, 1))
+            self.stats.folded_functions += msg.digest.folded - before
+            data = encode_message(msg)
+        return data
 
     def _dead(self, key: bytes | str | None, value: bytes, offset: int, reason: str, token: Any) -> Step:
         self.stats.corrupt += 1

@@ -24,11 +24,13 @@ from eroica.models.digest import WindowDigest
 from eroica.models.records import JobRecord
 
 from . import attribution as attr
+from .budget import MAX_FN_IDENTITIES
 from .counters import CounterSummary, from_digest
 from .layout import Layout, infer_layout
 from .peers import MIN_PEERS
 
 FEW_PEERS = "few_peers"
+FOLDED = "folded"  # functions beyond the job's budget folded (budget.py)
 
 
 @dataclass(frozen=True)
@@ -39,14 +41,20 @@ class Note:
     kind: str
     text: str
     ranks: int                 # ranks the job window held
-    smallest_group: int        # ranks in the smallest group the peer test would compare
-    needed: int                # ranks a group needs for the peer test
-    uncompared: tuple[int, ...]  # the ranks no peer test compares (their kernels, at least)
+    smallest_group: int = 0    # ranks in the smallest group the peer test would compare
+    needed: int = 0            # ranks a group needs for the peer test
+    uncompared: tuple[int, ...] = ()  # the ranks no peer test compares (their kernels, at least)
+    folded: int = 0            # functions folded beyond the budget, over the job's windows (FOLDED)
 
     def to_json(self) -> dict[str, Any]:
         """The note as one JSON object; ``"type": "note"`` tells it from a verdict wherever both travel."""
-        return {"type": "note", "job": self.job, "kind": self.kind, "text": self.text, "ranks": self.ranks,
-                "smallest_group": self.smallest_group, "needed": self.needed, "uncompared": list(self.uncompared)}
+        out: dict[str, Any] = {"type": "note", "job": self.job, "kind": self.kind, "text": self.text,
+                               "ranks": self.ranks}
+        if self.kind == FOLDED:
+            out["folded"] = self.folded
+        else:
+            out.update(smallest_group=self.smallest_group, needed=self.needed, uncompared=list(self.uncompared))
+        return out
 
 
 def kernel_groups(groups: dict[int, np.ndarray], ranks: np.ndarray, counters: CounterSummary) -> list[np.ndarray]:
@@ -147,13 +155,23 @@ class JobNotes:
 
     def __init__(self) -> None:
         self._best: dict[str, tuple[int, Note | None]] = {}
+        self._folded: dict[str, tuple[int, int, int]] = {}  # job -> (functions folded, windows, most ranks)
 
     def add(self, d: WindowDigest, meta: JobRecord | None) -> None:
         seen = int(np.unique(np.asarray(d.ranks.rank)).size)
+        if d.folded:
+            f, w, r = self._folded.get(d.job, (0, 0, 0))
+            self._folded[d.job] = (f + d.folded, w + 1, max(r, seen))
         if seen == 0 or seen <= self._best.get(d.job, (0, None))[0]:
             return
         self._best[d.job] = (seen, window_note(d, meta))
 
     def notes(self) -> list[Note]:
         """The notes, by job."""
-        return [n for _, (_, n) in sorted(self._best.items()) if n is not None]
+        out = [n for _, (_, n) in sorted(self._best.items()) if n is not None]
+        for job, (folded, windows, ranks) in sorted(self._folded.items()):
+            out.append(Note(job=job, kind=FOLDED, ranks=ranks, folded=folded, text=(
+                f"job {job}: {folded} functions beyond the budget of {MAX_FN_IDENTITIES} a window (name and "
+                f"stack) folded into one '(other <kind> functions)' row per rank and kind in {windows} window(s): "
+                "their time is kept and compared as that one function")))
+        return sorted(out, key=lambda n: (n.job, n.kind))

@@ -12,6 +12,7 @@ import numpy as np
 from eroica.models.columns import collective_kernels
 from eroica.models.digest import WindowDigest
 
+from .budget import fold_fns
 from .collectives import summarise_collectives
 from .counters import nic_key, summarise
 from .fn_rows import summarise_fn
@@ -38,4 +39,4 @@ def digest_window(window: JobWindow) -> WindowDigest:
         d.colls = summarise_collectives(fn)
     elif cont is not None and len(cont):  # spans of earlier windows only (a long pause everywhere)
         d.fns, d.ranks, d.in_flight = summarise_fn(cont.take(np.zeros(0, np.int64)), window.end_ns, cont)
-    return d
+    return fold_fns(d)

@@ -28,7 +28,7 @@ from eroica.kafka.client import faust_broker_kwargs
 from eroica.kafka.config import KafkaConfig
 from eroica.kafka.deadletter import encode_deadletter
 from eroica.runtime import metrics
-from eroica.streams.cores.detector_core import PATTERNS, VERDICTS, DetectorCore
+from eroica.streams.cores.detector_core import JOB_END, PATTERNS, VERDICTS, DetectorCore
 from eroica.streams.cores.ingest import RAW, ingest_message
 from eroica.streams.cores.step import Step as Output  # one type since issue 14; the old name kept here only
 from eroica.streams.cores.broker_watch import BrokerWatch
@@ -381,8 +381,10 @@ class DetectorWorker:
         P = config.partitions
         self.summaries = app.topic(config.summaries_topic, key_type=bytes, value_type=bytes, partitions=P)
         self.store: StateStore = make_store(state_store, app, config, app.conf.id)
+        verdicts = app.topic(config.verdicts_topic, key_type=bytes, value_type=bytes, partitions=P)
         self.out = _Outputs({
-            VERDICTS: app.topic(config.verdicts_topic, key_type=bytes, value_type=bytes, partitions=P),
+            VERDICTS: verdicts,
+            JOB_END: verdicts,  # the job-end marker goes after the job's verdicts, on their topic (models/job_end.py)
             PATTERNS: app.topic(config.patterns_topic, key_type=bytes, value_type=bytes, partitions=P),
             DEADLETTER: app.topic(config.deadletter_topic, key_type=bytes, value_type=bytes, partitions=P),
         })
