@@ -103,8 +103,10 @@ def agent(job: str, bootstrap: str | None, out: str | None, interval_s: float, d
     except Exception as exc:
         raise click.ClickException(f"cannot publish to {bootstrap or out}: {exc}") from None
     runner = NodeAgent(sampler, sink, interval_s)
-    print(f"eroica agent: node {sampler.node}: {sampler.describe()}; every {interval_s:g} s to "
-          f"{('kafka ' + bootstrap) if bootstrap else out}" + (" as window digests" if digester else ""),
+    from .tables import printable  # the node's name (a hostname, --node) is data
+
+    print(printable(f"eroica agent: node {sampler.node}: {sampler.describe()}; every {interval_s:g} s to "
+                    f"{('kafka ' + bootstrap) if bootstrap else out}" + (" as window digests" if digester else "")),
           file=sys.stderr, flush=True)
 
     def stop(signum: int, frame: object) -> None:

@@ -36,12 +36,12 @@ def demo(nodes: int, gpus: int, steps: int, fault: str, timeout_s: float, keep: 
 
     try:
         res = run_demo(nodes=nodes, gpus=gpus, steps=steps, fault=fault, timeout_s=timeout_s, keep=keep,
-                       say=lambda m: click.echo(m, err=True))
+                       say=lambda m: click.echo(printable(m), err=True))
     except (StackError, BrokerError, ClickHouseError) as exc:
-        click.echo(f"eroica demo: {exc}", err=True)
+        click.echo(f"eroica demo: {printable(exc)}", err=True)
         sys.exit(1)
     if not res.verdicts:
-        click.echo(f"eroica demo: no verdict for job {res.job} landed within {timeout_s:.0f} s", err=True)
+        click.echo(f"eroica demo: no verdict for job {printable(res.job)} landed within {timeout_s:.0f} s", err=True)
         sys.exit(1)
     t = res.timings
     click.echo()

@@ -1,4 +1,10 @@
-"""``eroica import``: turn real traces into contract JSON Lines (``eroica import kineto|optable``)."""
+"""``eroica import``: turn real traces into contract JSON Lines (``eroica import kineto|optable``).
+
+Names are data: the warnings and errors name trace files, spans, optypes and
+jobs as the traces have them, so every message goes through
+:func:`~eroica.cli.tables.printable` (control and bidirectional characters
+shown escaped), the spinner's label included (``cli/progress.py``).
+"""
 
 from __future__ import annotations
 
@@ -8,17 +14,19 @@ import time
 import click
 
 from .progress import spinner
+from .tables import printable
 
 
 def _report(stats, output: str, took: float) -> None:
     for w in stats.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(f"warning: {printable(w)}", err=True)
     where = "stdout" if output == "-" else output
-    click.echo(f"imported {stats.sources} source(s): {stats.describe()}; to {where} in {took:.2f} s", err=True)
+    click.echo(f"imported {stats.sources} source(s): {printable(stats.describe())}; to {printable(where)} "
+               f"in {took:.2f} s", err=True)
 
 
 def _fail(exc: Exception) -> None:
-    click.echo(f"error: {exc}", err=True)
+    click.echo(f"error: {printable(exc)}", err=True)
     sys.exit(1)
 
 
@@ -110,7 +118,7 @@ def optable(file: str, output: str, meta: str | None, job: str | None, gpus_per_
         found = default_meta_path(Path(file))
         if found is not None:
             meta = str(found)
-            click.echo(f"using meta {meta}", err=True)
+            click.echo(f"using meta {printable(meta)}", err=True)
     t0 = time.perf_counter()
     try:
         with spinner(f"importing {Path(file).name}"):

@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # click handles its own errors, Ctrl-C and exits; this is the unexpected rest
         if debug:
             raise
-        click.echo(f"eroica{' ' + name if name else ''}: {type(exc).__name__}: {exc} "
+        from .tables import printable  # the message may quote any input (names are data)
+
+        click.echo(f"eroica{' ' + printable(name) if name else ''}: {type(exc).__name__}: {printable(exc)} "
                    "(`--debug` shows the traceback)", err=True)
         sys.exit(1)
 

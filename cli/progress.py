@@ -13,7 +13,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 __all__ = ["track_batches", "progress_wanted", "estimate_records", "spinner"]
 
@@ -78,6 +81,15 @@ def track_batches(batches: Iterable[T], paths: Iterable[str], *, enabled: bool =
             progress.update(task, completed=total)
 
 
+def _plain(text: str) -> Text:
+    """A spinner's line as plain text: names in it (files, brokers) escaped, never read as rich markup."""
+    from rich.text import Text
+
+    from .tables import printable
+
+    return Text(printable(text))
+
+
 class _Status:
     """What :func:`spinner` yields: ``update(text)`` changes the line (a no-op when silent)."""
 
@@ -87,7 +99,7 @@ class _Status:
 
     def update(self, text: str) -> None:
         if self._status is not None:
-            self._status.update(f"{self._label}: {text}")  # type: ignore[attr-defined]
+            self._status.update(_plain(f"{self._label}: {text}"))  # type: ignore[attr-defined]
 
 
 class spinner:  # noqa: N801 - used as a context manager, like open()
@@ -102,7 +114,7 @@ class spinner:  # noqa: N801 - used as a context manager, like open()
         if self._enabled:
             from rich.console import Console
 
-            self._status = Console(stderr=True).status(self._label)
+            self._status = Console(stderr=True).status(_plain(self._label))
             self._status.__enter__()  # type: ignore[attr-defined]
         return _Status(self._status, self._label)
 

@@ -120,6 +120,7 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
                 f"; {r.seconds:.2f} s, {r.records_per_s:,.0f} records/s (broker {config.bootstrap})")
 
     from .progress import progress_wanted, spinner
+    from .tables import printable
 
     publisher = None
     if progress_wanted(not quiet):
@@ -137,18 +138,18 @@ def replay(files: tuple[str, ...], rate: str, bootstrap: str | None, data_dir, f
             else:
                 result = run_replay(files, config, per_s, connect_timeout_s=connect_timeout, publisher=publisher,
                                     declare_watermarks=declare_watermarks)
-    except ReplayError as exc:
-        click.echo(f"eroica replay: {exc}", err=True)
-        click.echo(summary(exc.result), err=True)
+    except ReplayError as exc:  # names are data: a file's or record's name is shown escaped (cli/tables.py)
+        click.echo(f"eroica replay: {printable(exc)}", err=True)
+        click.echo(printable(summary(exc.result)), err=True)
         sys.exit(1)
     except OSError as exc:
-        click.echo(f"eroica replay: {exc}", err=True)
+        click.echo(f"eroica replay: {printable(exc)}", err=True)
         sys.exit(1)
     finally:
         if publisher is not None:
             publisher.close(timeout_s=5.0)
     if not quiet or result.undelivered_records:
-        click.echo(summary(result), err=True)
+        click.echo(printable(summary(result)), err=True)
     if result.undelivered_records or result.publisher.failed:
         click.echo("eroica replay: some records were not delivered", err=True)
         sys.exit(1)

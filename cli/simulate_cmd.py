@@ -7,6 +7,8 @@ import time
 
 import click
 
+from .tables import printable
+
 
 def parse_start(value: str | None, now_ns: int | None = None) -> int:
     """``now`` (default), ``default`` (the library's fixed 2025-11-13 start), ns since the epoch, or ISO 8601."""
@@ -117,7 +119,7 @@ def simulate(nodes, gpus, steps, tp, pp, microbatches, faults, seed, output, tru
     try:
         t = write_jsonl(cfg, output, truth_path=truth_target)
     except OSError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {printable(exc)}", err=True)
         sys.exit(1)
     took = time.perf_counter() - t0
     if output != "-" or truth_file:
@@ -125,5 +127,6 @@ def simulate(nodes, gpus, steps, tp, pp, microbatches, faults, seed, output, tru
 
         where = truth_file or (truth_path_for(output) if output != "-" else None)
         names = ", ".join(f["name"] for f in t["faults"]) or "none"
-        click.echo(f"wrote {t['records']} records ({t['steps_run']} steps, world {cfg.world}, faults: {names}) "
-                   f"to {output} in {took:.1f} s" + (f"; truth: {where}" if where else ""), err=True)
+        click.echo(printable(f"wrote {t['records']} records ({t['steps_run']} steps, world {cfg.world}, faults: "
+                             f"{names}) to {output} in {took:.1f} s" + (f"; truth: {where}" if where else "")),
+                   err=True)

@@ -3,6 +3,13 @@
 Each part is ``up``, ``degraded`` (alive but stuck on something, said in its
 detail) or ``down``; every check has ``--timeout`` seconds, so a frozen part is
 reported as not answering instead of hanging the command.
+
+A service's health page may itself say it is degraded (``"state":
+"degraded"`` with the reasons in ``"stuck"``): the sink when its inserts do not
+progress, a stream worker while its broker probe gets no answer ("broker not
+answering for 42 s", ``streams/faust/workers.py``). ``stack/health.py`` takes
+that word from every service, so a worker alive on a frozen broker is
+``degraded``, not ``up``, and ``up`` again once the broker answers.
 """
 
 from __future__ import annotations
@@ -31,11 +38,15 @@ def status(data_dir: Path | None, fmt: str, timeout_s: float) -> None:
     """
     from eroica.stack.health import check_stack, overall_state
 
-    checks = check_stack(resolve_data_dir(data_dir), timeout_s=timeout_s)
+    root = resolve_data_dir(data_dir)
+    checks = check_stack(root, timeout_s=timeout_s)
     ok = all(c.ok for c in checks)
     overall = overall_state(checks)
     if fmt == "json":
-        click.echo(json.dumps({"ok": ok, "state": overall, "checks": [c.__dict__ for c in checks]}, indent=1))
+        from .tables import printable_json  # details quote brokers, paths, errors: no raw bidi/C1 on the terminal
+
+        click.echo(printable_json(json.dumps({"ok": ok, "state": overall, "checks": [c.__dict__ for c in checks]},
+                                             indent=1)))
     else:
         from .tables import print_rows
 

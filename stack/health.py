@@ -177,8 +177,10 @@ def _service(name: str, svc: dict[str, Any], data_dir: Path | None = None) -> Ch
     if isinstance(info, dict) and name == "sink":
         detail += (f"; {info.get('verdicts', 0)} verdict rows, {info.get('summaries', 0)} summary rows, "
                    f"{info.get('deadletters', 0)} dead letters; ClickHouse {info.get('clickhouse')}")
-        if info.get("state") == "degraded":
-            stuck = [str(x) for x in info.get("stuck") or []] or ["storing does not progress"]
+    # every service's page may say it is degraded and why: the sink (storing stalls), the stream
+    # workers (their broker does not answer: streams/faust/workers.py broker_health)
+    if isinstance(info, dict) and info.get("state") == "degraded":
+        stuck = [str(x) for x in info.get("stuck") or []] or ["does not progress"]
     if svc.get("restarts"):
         detail += f"; restarted {svc['restarts']}x"
     if data_dir is not None:

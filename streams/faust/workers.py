@@ -217,6 +217,34 @@ class BrokerProbe:
             self.on_result(answered, at)
 
 
+# --- what the workers tell ``eroica status`` of their broker (the ``/eroica/stats`` page) --------------
+# (issue 34 item 6) A worker whose broker is frozen is alive and its page answers, so status said
+# "up"; the page now says ``state`` "degraded" and why in ``stuck``, the keys of the sink's /health.
+NEVER_ANSWERED_S = 2 * MAX_SILENCE_S  # start-up's first answer may take a while (client connecting)
+
+
+def broker_health(watch: BrokerWatch, started: float, now: float) -> dict[str, Any]:
+    """``state`` (``up``/``degraded``), ``stuck`` (the reasons) and ``broker`` (the probe's findings) at ``now``.
+
+    Degraded while the probe says the broker does not answer, while no answer has come for longer
+    than ``MAX_SILENCE_S`` (the probes themselves held up), or when the broker never answered in
+    ``NEVER_ANSWERED_S`` since the worker started; up again with the next answer.
+    """
+    last = watch.last_answer_at
+    silent_s = None if last is None else max(0.0, now - last)
+    stuck: list[str] = []
+    if last is None:
+        if now - started > NEVER_ANSWERED_S:
+            stuck.append(f"broker not answering: no answer since the worker started {now - started:.0f} s ago")
+    elif not watch.answering or silent_s > MAX_SILENCE_S:  # type: ignore[operator]
+        stuck.append(f"broker not answering for {silent_s:.0f} s")
+    return {"state": "degraded" if stuck else "up", "stuck": stuck,
+            "broker": {"answering": not stuck and last is not None,
+                       "last_answer_s": None if silent_s is None else round(silent_s, 1),
+                       "outages": watch.outages}}
+# --- end of what the workers tell ``eroica status`` ----------------------------------------------------
+
+
 class SummariserWorker:
     """Agents ``eroica-summariser`` (raw topic) and ``eroica-ingest`` (ingest topic), plus a timer."""
 
@@ -369,6 +397,7 @@ class SummariserWorker:
                 "deadletters": self.out.deadletters,
                 "ingest": dict(self.ingest_counts), "first_to_last_frame_s": round(busy, 3),
                 "broker_outages": self.input.outages,
+                **broker_health(self.probe.watch, self.started, time.monotonic()),
                 "uptime_s": round(time.monotonic() - self.started, 1)}
 
 
@@ -489,7 +518,7 @@ class DetectorWorker:
                 **asdict(self.core.stats), "jobs": len(self.core.jobs), "pending_windows": self.core.pending_windows(),
                 "broker_outages": self.probe.outages,
                 "held_messages": self.gate.pending(), "sent": self.out.sent, "deadletters": self.out.deadletters,
-                **self.store.stats(),
+                **self.store.stats(), **broker_health(self.probe.watch, self.started, time.monotonic()),
                 "uptime_s": round(time.monotonic() - self.started, 1)}
 
 
