@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .stack_options import data_dir_option, kafka_bootstrap, kafka_option
+from .stack_options import data_dir_option, kafka_bootstrap, kafka_option, resolve_data_dir
 from .tables import printable
 
 
@@ -106,6 +106,8 @@ def alert(webhook: str | None, min_confidence: float | None, components: tuple[s
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
+    # its metrics are announced in the stack's data directory, so `eroica status` lists every consumer
+    os.environ.setdefault("EROICA_DATA_DIR", str(resolve_data_dir(data_dir)))
     consumer = AlertConsumer(config, serve_metrics=True)
 
     def on_signal(signum: int, _frame: object) -> None:

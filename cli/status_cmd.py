@@ -10,6 +10,15 @@ progress, a stream worker while its broker probe gets no answer ("broker not
 answering for 42 s", ``streams/faust/workers.py``). ``stack/health.py`` takes
 that word from every service, so a worker alive on a frozen broker is
 ``degraded``, not ``up``, and ``up`` again once the broker answers.
+
+Each line says what the part did, in its role's words (``stack/health.py``):
+a summariser the frames and records it read, the digests it sent and its
+dead letters; the detector the digests it read, the windows it analysed, the
+verdicts it sent and its verdict delay (from a window's close at the
+summariser to its verdicts, wall clock: a replay of old files shows seconds,
+not their age); the sink the rows it stored; each ``eroica alert`` sharing
+the data directory (one line each: ``alert``, ``alert-2``...) the
+notifications it sent and the deliveries that failed.
 """
 
 from __future__ import annotations

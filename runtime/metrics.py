@@ -30,9 +30,14 @@ in ``DATA_DIR/prometheus-targets.json`` (see ``stack/local.py``).
 
 Where the bound address goes: it is logged, and when ``EROICA_DATA_DIR`` is
 set (``eroica up`` gives every child its own) it is announced in
-``$EROICA_DATA_DIR/metrics.json`` (``{"pid", "url", "component",
-"started_at_ns"}``), which is how ``eroica status`` finds each child's
-metrics.
+``$EROICA_DATA_DIR/metrics-<component>-<pid>.json`` (``{"pid", "url",
+"component", "started_at_ns"}``), which is how ``eroica status`` finds each
+child's metrics. One file per process: several processes sharing a directory
+(two ``eroica alert`` consumers run with the stack's data directory) each
+keep their own, and ``eroica status`` lists every one whose process lives
+(:func:`read_announcements`). A process removes its file when it stops, and
+the files of dead processes in the directory when it announces; a
+``metrics.json`` written by an older version is still read.
 
 Metrics (all names start with ``eroica_``; counters end in ``_total`` on the wire):
 
@@ -46,7 +51,10 @@ records_out                             component,  rows / messages written (sin
 invalid_records                         component,  records rejected, by a short normalised reason
                                         reason
 windows_closed                          component   job windows closed (summarised or analysed)
-detection_delay_seconds (histogram)     component   window end -> verdict emitted (event time to wall time)
+detection_delay_seconds (histogram)     component   window end -> verdict emitted (event time to wall time:
+                                                   how old the data is; a replay of old files shows its age)
+verdict_delay_seconds (histogram)       component   window closed at the summariser -> its verdicts emitted
+                                                   (wall clock to wall clock: what the pipeline itself took)
 sink_insert_seconds (histogram)         component   duration of a successful batch INSERT
 sink_insert_failures                    component   failed INSERT attempts (each retried)
 producer_queue_drops                    component   records dropped because a local producer queue was full
@@ -60,7 +68,7 @@ alert_open_incidents (gauge)                       incidents currently open (not
 
 Hooks for the stream workers and producers (one call each, cheap, no-op
 safe): ``records_in("summariser", topic, n)``, ``window_closed("summariser")``,
-``detection_delay("detector", seconds)``, ``records_out("detector",
+``detection_delay("detector", seconds)``, ``verdict_delay("detector", seconds)``, ``records_out("detector",
 topic, n)``, ``invalid("summariser", reason)``, ``queue_drop("agent", n)``;
 and ``serve("summariser")`` once at process start.
 
@@ -74,12 +82,16 @@ Wired: the sink worker (``sinks/clickhouse/worker.py``), the alert consumer
   reason)``; ``_close``: ``window_closed("summariser", len(windows))``;
 - ``streams/faust/detector.py`` ``_detect`` (beside ``stats.windows += 1``):
   ``window_closed("detector")``, ``detection_delay("detector", (wall_ns -
-  merged.end_ns) / 1e9)``, ``records_out("detector", "verdicts", len(verdicts))``;
+  merged.end_ns) / 1e9)``, ``verdict_delay("detector", (wall_ns - closed_at_ns)
+  / 1e9)`` (``closed_at_ns``: the latest wall clock at which a summariser closed
+  the window, stamped on its digests; the window end when no digest has it),
+  ``records_out("detector", "verdicts", len(verdicts))``;
 - the agent (``producers/agent``): nothing more, its publisher already counts drops.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -96,15 +108,16 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_se
 
 __all__ = [
     "serve", "stop_serving", "MetricsServer", "records_in", "records_out", "invalid", "window_closed",
-    "detection_delay", "sink_insert", "sink_insert_failure", "queue_drop", "offset_commit", "reason_label",
-    "scrape", "scrape_summary", "family", "role_port", "metrics_port", "METRICS_FILE", "ENV_VARS",
-    "ROLE_PORT_OFFSETS",
+    "detection_delay", "verdict_delay", "sink_insert", "sink_insert_failure", "queue_drop", "offset_commit",
+    "reason_label", "scrape", "parse_samples", "scrape_summary", "summarise", "family", "role_port", "metrics_port",
+    "METRICS_FILE", "ENV_VARS", "ROLE_PORT_OFFSETS", "announcement_file", "read_announcement", "read_announcements",
+    "role_of",
 ]
 
 log = logging.getLogger("eroica.metrics")
 
 ENV_VARS: tuple[str, ...] = ("EROICA_METRICS_PORT", "EROICA_METRICS_PORT_BASE", "EROICA_METRICS_ADDR")
-METRICS_FILE = "metrics.json"
+METRICS_FILE = "metrics.json"  # the single announcement of older versions (still read)
 
 _DELAY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 _FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -119,8 +132,14 @@ _FAMILIES: dict[str, tuple[type[Any], str, str, tuple[str, ...], dict[str, Any]]
     "RECORDS_OUT": (Counter, "eroica_records_out", "Rows or messages written.", ("component", "sink"), {}),
     "INVALID": (Counter, "eroica_invalid_records", "Records rejected, by reason.", ("component", "reason"), {}),
     "WINDOWS_CLOSED": (Counter, "eroica_windows_closed", "Job windows closed.", ("component",), {}),
-    "DETECTION_DELAY": (Histogram, "eroica_detection_delay_seconds", "Window end to verdict emitted.",
+    "DETECTION_DELAY": (Histogram, "eroica_detection_delay_seconds",
+                        "Window end (event time) to verdict emitted (wall clock): the data's age at its verdict.",
                         ("component",), {"buckets": _DELAY_BUCKETS}),
+    # What the pipeline took: the window closed at its summariser (wall clock, stamped on the digest) to its
+    # verdicts emitted. A replay of old files is not counted its age (issue 36 item 3).
+    "VERDICT_DELAY": (Histogram, "eroica_verdict_delay_seconds",
+                      "Window closed at the summariser to its verdicts emitted (wall clock).",
+                      ("component",), {"buckets": _DELAY_BUCKETS}),
     "SINK_INSERT": (Histogram, "eroica_sink_insert_seconds", "Duration of a successful batch insert.",
                     ("component",), {"buckets": _FAST_BUCKETS}),
     "SINK_INSERT_FAILURES": (Counter, "eroica_sink_insert_failures", "Failed insert attempts (retried).",
@@ -149,6 +168,7 @@ if TYPE_CHECKING:  # what ``metrics.NAME`` gives callers (made on first use by `
     INVALID: Counter
     WINDOWS_CLOSED: Counter
     DETECTION_DELAY: Histogram
+    VERDICT_DELAY: Histogram
     SINK_INSERT: Histogram
     SINK_INSERT_FAILURES: Counter
     RECORDS_DROPPED: Counter
@@ -189,7 +209,7 @@ def __getattr__(name: str) -> Any:
 ROLE_SERIES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "summariser": (("WINDOWS_CLOSED", ("{role}",)), ("RECORDS_DROPPED", ("{role}", "late")),
                    ("RECORDS_DROPPED", ("{role}", "repeated"))),
-    "detector": (("WINDOWS_CLOSED", ("{role}",)), ("DETECTION_DELAY", ("{role}",))),
+    "detector": (("WINDOWS_CLOSED", ("{role}",)), ("DETECTION_DELAY", ("{role}",)), ("VERDICT_DELAY", ("{role}",))),
     "sink": (("SINK_INSERT", ("{role}",)), ("SINK_INSERT_FAILURES", ("{role}",)), ("OFFSET_COMMITS", ("{role}",)),
              ("DETECTION_DELAY", ("{role}",))),
     "alert": (("ALERT_DELIVERY", ()), ("ALERT_OPEN_INCIDENTS", ()), ("ALERT_DELIVERY_FAILURES", ("transient",)),
@@ -268,6 +288,11 @@ def detection_delay(component: str, seconds: float) -> None:
     family("DETECTION_DELAY").labels(component).observe(max(0.0, float(seconds)))
 
 
+def verdict_delay(component: str, seconds: float) -> None:
+    """A window's verdicts emitted ``seconds`` after its summariser closed it (wall clock; see ``VERDICT_DELAY``)."""
+    family("VERDICT_DELAY").labels(component).observe(max(0.0, float(seconds)))
+
+
 def sink_insert(component: str, seconds: float) -> None:
     family("SINK_INSERT").labels(component).observe(max(0.0, float(seconds)))
 
@@ -297,23 +322,29 @@ class MetricsServer:
         self.announced: Path | None = None
 
     def announce(self, data_dir: Path) -> None:
+        """Write ``data_dir/metrics-<component>-<pid>.json``; the announcements of dead processes there go."""
         from eroica.runtime.system import atomic_write_json
 
-        path = Path(data_dir) / METRICS_FILE
+        path = Path(data_dir) / announcement_file(self.component, os.getpid())
         atomic_write_json(path, {"version": 1, "pid": os.getpid(), "url": self.url, "component": self.component,
                                  "started_at_ns": time.time_ns()})
         self.announced = path
+        _remove_dead_announcements(Path(data_dir))
 
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+    def unannounce(self) -> None:
+        """Remove this process's announcement (at :meth:`stop`, and at the exit of a process that never stops it)."""
         if self.announced is not None:
             try:
                 if json.loads(self.announced.read_text()).get("pid") == os.getpid():
                     self.announced.unlink()
             except (OSError, ValueError):
                 pass
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+        self.unannounce()
 
 
 _server: MetricsServer | None = None
@@ -398,6 +429,7 @@ def serve(component: str, port: int | None | str = "env", *, addr: str | None = 
         if announce and data_dir:
             try:
                 _server.announce(Path(data_dir))
+                atexit.register(_server.unannounce)  # a clean exit leaves no announcement behind
             except OSError as exc:
                 log.warning("cannot announce the metrics URL in %s: %s", data_dir, exc)
         log.info("%s metrics on %s", component, _server.url)
@@ -412,25 +444,89 @@ def stop_serving() -> None:
             _server = None
 
 
-def read_announcement(data_dir: Path) -> dict[str, Any] | None:
+def announcement_file(component: str, pid: int) -> str:
+    """The name of the announcement of process ``pid`` serving ``component``: ``metrics-alert-4242.json``."""
+    safe = re.sub(r"[^A-Za-z0-9_.]+", "_", str(component)).strip("._") or "process"
+    return f"metrics-{safe}-{int(pid)}.json"
+
+
+def _announcement_paths(data_dir: Path) -> list[Path]:
     try:
-        doc = json.loads((Path(data_dir) / METRICS_FILE).read_text())
+        return sorted(p for p in Path(data_dir).glob("metrics*.json")
+                      if p.name == METRICS_FILE or p.name.startswith("metrics-"))
+    except OSError:
+        return []
+
+
+def _read_doc(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, dict) and doc.get("url") else None
+    if not isinstance(doc, dict) or not doc.get("url"):
+        return None
+    try:
+        doc["pid"] = int(doc.get("pid") or 0)
+    except (TypeError, ValueError):
+        return None
+    return doc
+
+
+def _remove_dead_announcements(data_dir: Path) -> None:
+    """Announcements in ``data_dir`` of processes that are gone (killed before they could remove theirs)."""
+    from eroica.runtime.system import pid_alive
+
+    for path in _announcement_paths(data_dir):
+        doc = _read_doc(path)
+        if doc is not None and not pid_alive(doc["pid"]):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+
+def read_announcements(data_dir: Path, live: bool = True) -> list[dict[str, Any]]:
+    """Every process's announcement in ``data_dir``, oldest first (``live``: only of processes that run).
+
+    Each is ``{"pid", "url", "component", "started_at_ns"}`` as :meth:`MetricsServer.announce` wrote it;
+    ``metrics.json`` of older versions counts too.
+    """
+    from eroica.runtime.system import pid_alive
+
+    docs: dict[tuple[int, str], dict[str, Any]] = {}
+    for path in _announcement_paths(data_dir):
+        doc = _read_doc(path)
+        if doc is None or (live and not pid_alive(doc["pid"])):
+            continue
+        docs.setdefault((doc["pid"], str(doc["url"])), doc)
+    return sorted(docs.values(), key=lambda d: (int(d.get("started_at_ns") or 0), d["pid"]))
+
+
+def read_announcement(data_dir: Path, pid: int | None = None) -> dict[str, Any] | None:
+    """The announcement of process ``pid`` in ``data_dir``; without ``pid``, the newest of a live process."""
+    if pid is not None:
+        mine = [d for d in read_announcements(data_dir, live=False) if d["pid"] == int(pid)]
+        return mine[-1] if mine else None
+    docs = read_announcements(data_dir)
+    return docs[-1] if docs else None
 
 
 # --- reading them back (eroica status) ---------------------------------------------------
 
 def scrape(url: str, timeout_s: float = 1.0) -> dict[str, float]:
     """``{"name{label=value,...}": value}`` of Eroica's samples at ``url`` (raises OSError when down)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
             text = resp.read(4 << 20).decode("utf-8", errors="replace")
     except (urllib.error.URLError, ValueError) as exc:
         raise OSError(str(getattr(exc, "reason", exc))) from exc
+    return parse_samples(text)
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """:func:`scrape`'s samples from an exposition's text (Prometheus text format)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         if not family.name.startswith("eroica_"):
@@ -453,8 +549,57 @@ def _total(samples: dict[str, float], name: str, **match: str) -> float:
     return total
 
 
-def summarise(samples: dict[str, float]) -> str:
-    """One line for ``eroica status``: only what is non-zero (plus records in/out)."""
+def role_of(component: str) -> str:
+    """The role of a service or component name: ``summariser-2`` -> ``summariser``."""
+    role, _, index = str(component).rpartition("-")
+    return role if role and index.isdigit() else str(component)
+
+
+def _mean(samples: dict[str, float], name: str, **match: str) -> str | None:
+    """``"avg 12 ms"`` / ``"avg 1.2 s"`` of histogram ``name`` (None when it has no observation)."""
+    n = _total(samples, f"{name}_count", **match)
+    if not n:
+        return None
+    mean = _total(samples, f"{name}_sum", **match) / n
+    return f"avg {mean * 1000:.0f} ms" if mean < 1 else f"avg {mean:.1f} s"
+
+
+# What each role did, in its words: (label, family, label match, shown at zero). The first rows of a role
+# are its counts (``counts=False`` leaves them to a caller that has them from the role's stats page).
+_Line = tuple[str, str, dict[str, str], bool]
+_ROLE_COUNTS: dict[str, tuple[_Line, ...]] = {
+    # a summariser reads frames and sends one digest per window it closes (it counts no eroica_records_out)
+    "summariser": (("records in", "eroica_records_in_total", {}, True),
+                   ("digests out", "eroica_windows_closed_total", {"component": "summariser"}, True)),
+    "detector": (("windows analysed", "eroica_windows_closed_total", {"component": "detector"}, True),
+                 ("verdicts out", "eroica_records_out_total", {"component": "detector"}, True)),
+    "sink": (("in", "eroica_records_in_total", {}, True), ("rows written", "eroica_records_out_total", {}, True)),
+    "alert": (("in", "eroica_records_in_total", {}, True),
+              ("notifications sent", "eroica_alert_notifications_total", {"outcome": "delivered"}, True),
+              ("refused", "eroica_alert_notifications_total", {"outcome": "refused"}, False),
+              ("duplicates skipped", "eroica_alert_notifications_total", {"outcome": "duplicate"}, False)),
+}
+_ROLE_EXTRAS: dict[str, tuple[_Line, ...]] = {
+    "summariser": (("invalid", "eroica_invalid_records_total", {}, False),
+                   ("late", "eroica_records_dropped_total", {"reason": "late"}, False),
+                   ("repeated", "eroica_records_dropped_total", {"reason": "repeated"}, False),
+                   ("out of time", "eroica_records_dropped_total", {"reason": "out_of_time"}, False)),
+    "detector": (("invalid", "eroica_invalid_records_total", {}, False),),
+    "sink": (("invalid", "eroica_invalid_records_total", {}, False),
+             ("insert failures", "eroica_sink_insert_failures_total", {}, False)),
+    "alert": (("invalid", "eroica_invalid_records_total", {}, False),
+              ("delivery failures", "eroica_alert_delivery_failures_total", {}, False)),
+}
+# the delays on a role's line; the detector's is from its windows' close at the summarisers (wall clock),
+# not from their event time (eroica_detection_delay_seconds: on a replay of old files, their age)
+_ROLE_DELAYS: dict[str, tuple[tuple[str, str], ...]] = {
+    "detector": (("verdict delay", "eroica_verdict_delay_seconds"),),
+    "sink": (("insert", "eroica_sink_insert_seconds"),),
+    "alert": (("delivery", "eroica_alert_delivery_seconds"),),
+}
+
+
+def _generic(samples: dict[str, float]) -> str:
     parts = [f"in {_total(samples, 'eroica_records_in_total'):,.0f}",
              f"out {_total(samples, 'eroica_records_out_total'):,.0f}"]
     optional = (("invalid", "eroica_invalid_records_total"), ("windows", "eroica_windows_closed_total"),
@@ -467,21 +612,49 @@ def summarise(samples: dict[str, float]) -> str:
         v = _total(samples, name, **(match[0] if match else {}))
         if v:
             parts.append(f"{label} {v:,.0f}")
-    for label, name in (("detection delay", "eroica_detection_delay_seconds"),
+    for label, name in (("verdict delay", "eroica_verdict_delay_seconds"),
+                        ("detection delay", "eroica_detection_delay_seconds"),
                         ("insert", "eroica_sink_insert_seconds")):
-        n = _total(samples, f"{name}_count")
-        if n:
-            mean = _total(samples, f"{name}_sum") / n
-            parts.append(f"{label} avg {mean * 1000:.0f} ms" if mean < 1 else f"{label} avg {mean:.1f} s")
+        mean = _mean(samples, name)
+        if mean:
+            parts.append(f"{label} {mean}")
     open_incidents = [v for k, v in samples.items() if k.startswith("eroica_alert_open_incidents")]
     if open_incidents:
         parts.append(f"open incidents {sum(open_incidents):.0f}")
     return ", ".join(parts)
 
 
-def scrape_summary(url: str, timeout_s: float = 1.0) -> str:
+def summarise(samples: dict[str, float], role: str | None = None, counts: bool = True) -> str:
+    """One line for ``eroica status``: what the process did, in its role's words.
+
+    ``role`` (``summariser``, ``detector``, ``sink``, ``alert``; a service name
+    such as ``summariser-2`` too): its counts (summariser: records in, digests
+    out; detector: windows analysed, verdicts out; sink: in, rows written;
+    alert: in, notifications sent), then what is non-zero of its troubles, then
+    its delays. ``counts=False`` leaves the counts out (the caller has them from
+    the role's stats page). Another role, or none: records in/out and whatever
+    is non-zero.
+    """
+    r = role_of(role) if role else ""
+    if r not in _ROLE_COUNTS:
+        return _generic(samples)
+    parts: list[str] = []
+    for label, name, match, always in (*(_ROLE_COUNTS[r] if counts else ()), *_ROLE_EXTRAS.get(r, ())):
+        v = _total(samples, name, **match)
+        if v or always:
+            parts.append(f"{label} {v:,.0f}")
+    for label, name in _ROLE_DELAYS.get(r, ()):
+        mean = _mean(samples, name)
+        if mean:
+            parts.append(f"{label} {mean}")
+    if r == "alert":
+        parts.append(f"open incidents {_total(samples, 'eroica_alert_open_incidents'):,.0f}")
+    return ", ".join(parts)
+
+
+def scrape_summary(url: str, timeout_s: float = 1.0, role: str | None = None, counts: bool = True) -> str:
     """:func:`summarise` of a live endpoint, or ``"metrics unreachable: why"``."""
     try:
-        return summarise(scrape(url, timeout_s))
+        return summarise(scrape(url, timeout_s), role, counts)
     except OSError as exc:
         return f"metrics unreachable: {exc}"

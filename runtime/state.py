@@ -10,7 +10,10 @@ working directory. Layout::
     logs/<service>.log  each child's stdout and stderr (tansu: tansu/tansu.log)
     kafka/node-1/       Apache Kafka's config, server.log and data (``up --broker kafka``)
     chdb/               ClickHouse data when the stack runs chdb (+ eroica-sink.json)
-    summariser/ detector/ sink/   each worker's own EROICA_DATA_DIR
+    summariser/ detector/ sink/   each worker's own EROICA_DATA_DIR (its metrics-<role>-<pid>.json inside)
+    metrics-alert-<pid>.json      one per ``eroica alert`` run with EROICA_DATA_DIR set to this directory:
+                                  where its metrics answer (``runtime/metrics.py``); ``eroica status``
+                                  lists every one whose process lives
 
 ``stack.json`` (version 1) is written atomically whenever something changes::
 
@@ -101,8 +104,9 @@ def find_stack(data_dir: Path) -> RunningStack | None:
     doc = live_state(data_dir)
     if doc is None:
         return None
-    kafka = doc.get("kafka") if isinstance(doc.get("kafka"), dict) else {}
-    clickhouse = doc.get("clickhouse") if isinstance(doc.get("clickhouse"), dict) else {}
+    kafka_doc, clickhouse_doc = doc.get("kafka"), doc.get("clickhouse")
+    kafka: dict[str, Any] = kafka_doc if isinstance(kafka_doc, dict) else {}
+    clickhouse: dict[str, Any] = clickhouse_doc if isinstance(clickhouse_doc, dict) else {}
     return RunningStack(data_dir=Path(data_dir), pid=int(doc.get("pid", 0)),
                         bootstrap=kafka.get("bootstrap") or None, clickhouse_url=clickhouse.get("url") or None,
                         query_endpoint=doc.get("query_endpoint") or None)

@@ -11,10 +11,20 @@ with what did not answer, so ``eroica status`` never hangs on a frozen part.
 Each part is ``up``, ``degraded`` (alive, but something it depends on is
 stuck: the sink's inserts have not progressed for ``EROICA_SINK_STUCK_S``
 while messages wait; the supervisor is restarting the broker; tansu's memory
-is past ``EROICA_TANSU_MEMORY_WARN_MB``) or ``down``. A process that announces Prometheus metrics in its own
-directory (``DATA_DIR/<service>/metrics.json``, see ``runtime/metrics.py``) gets
-them summarised on its line; one announced in ``DATA_DIR/metrics.json``
-(``eroica alert`` run with the stack's data directory) gets a line of its own.
+is past ``EROICA_TANSU_MEMORY_WARN_MB``) or ``down``.
+
+Each line says what the part really did, in its role's words
+(:func:`role_detail`): a summariser the frames and records it read, the
+digests it sent and its dead letters; the detector the digests it read, the
+windows it analysed, the verdicts it sent, its dead letters and its verdict
+delay (a window closed at the summariser to its verdicts out, wall clock: a
+replay of old files is not counted their age); the sink the rows it stored.
+The counts come from the service's stats page, the rest from the Prometheus
+metrics it announces in its own directory
+(``DATA_DIR/<service>/metrics-<role>-<pid>.json``, see ``runtime/metrics.py``).
+Every live process announced in ``DATA_DIR`` itself (each ``eroica alert`` run
+with the stack's data directory) gets a line of its own: ``alert``,
+``alert-2``... oldest first, with the notifications it sent.
 """
 
 from __future__ import annotations
@@ -33,7 +43,8 @@ from eroica.runtime.system import pid_alive
 
 from eroica.runtime.state import read_state
 
-__all__ = ["Check", "http_ok", "check_stack", "call_with_deadline", "DeadlineExceeded", "overall_state"]
+__all__ = ["Check", "http_ok", "check_stack", "call_with_deadline", "DeadlineExceeded", "overall_state",
+           "role_detail", "announced_parts"]
 
 DEFAULT_TIMEOUT_S = 4.0
 STATES = ("up", "degraded", "down")
@@ -152,14 +163,43 @@ def _broker(kafka: dict[str, Any], timeout_s: float = 3.0) -> Check:
     return Check("kafka", True, detail, pid)
 
 
-def _metrics_detail(service_dir: Path, pid: int | None) -> str:
-    """``"; metrics: in 1,234, out 56, ..."`` when the process announced its Prometheus endpoint there."""
+def _metrics_detail(service_dir: Path, pid: int | None, role: str | None = None, counts: bool = True) -> str:
+    """``"; metrics URL: records in 1,234, digests out 56, ..."`` when the process announced its endpoint there.
+
+    ``role`` words the line (:func:`eroica.runtime.metrics.summarise`); ``counts=False``: its counts are
+    already on the line (from the stats page), only the rest (troubles, delays) is added.
+    """
     from eroica.runtime.metrics import read_announcement, scrape_summary
 
-    ann = read_announcement(service_dir)
-    if ann is None or (pid is not None and int(ann.get("pid", 0)) != int(pid)):
+    ann = read_announcement(service_dir, pid=pid)
+    if ann is None:
         return ""
-    return f"; metrics {ann['url']}: {scrape_summary(str(ann['url']))}"
+    summary = scrape_summary(str(ann["url"]), role=role, counts=counts)
+    return f"; metrics {ann['url']}" + (f": {summary}" if summary else "")
+
+
+def _n(page: dict[str, Any], key: str) -> str:
+    try:
+        return f"{int(page.get(key) or 0):,}"
+    except (TypeError, ValueError):
+        return "?"
+
+
+def role_detail(role: str, page: Any) -> str:
+    """What a stream worker did, from its stats page (``/eroica/stats``); "" for another role or page.
+
+    summariser: ``"frames in 12 (3,400 records), digests out 5, dead letters 0"``;
+    detector: ``"digests in 5, windows analysed 5, verdicts out 2, dead letters 0"``.
+    """
+    if not isinstance(page, dict) or page.get("role") != role:
+        return ""
+    if role == "summariser":
+        return (f"frames in {_n(page, 'frames')} ({_n(page, 'records')} records), digests out {_n(page, 'digests')}, "
+                f"dead letters {_n(page, 'deadletters')}")
+    if role == "detector":
+        return (f"digests in {_n(page, 'digests')}, windows analysed {_n(page, 'windows')}, verdicts out "
+                f"{_n(page, 'verdicts')}, dead letters {_n(page, 'deadletters')}")
+    return ""
 
 
 def _service(name: str, svc: dict[str, Any], data_dir: Path | None = None) -> Check:
@@ -174,7 +214,13 @@ def _service(name: str, svc: dict[str, Any], data_dir: Path | None = None) -> Ch
         return Check(name, False, f"process alive but port {port} does not answer: {info}", pid, port)
     detail = f"alive, port {port} answers"
     stuck: list[str] = []
-    if isinstance(info, dict) and name == "sink":
+    from eroica.runtime.metrics import role_of
+
+    role = role_of(name)
+    counted = role_detail(role, info)
+    if counted:
+        detail += f"; {counted}"
+    if isinstance(info, dict) and role == "sink":
         detail += (f"; {info.get('verdicts', 0)} verdict rows, {info.get('summaries', 0)} summary rows, "
                    f"{info.get('deadletters', 0)} dead letters; ClickHouse {info.get('clickhouse')}")
     # every service's page may say it is degraded and why: the sink (storing stalls), the stream
@@ -184,7 +230,7 @@ def _service(name: str, svc: dict[str, Any], data_dir: Path | None = None) -> Ch
     if svc.get("restarts"):
         detail += f"; restarted {svc['restarts']}x"
     if data_dir is not None:
-        detail += _metrics_detail(Path(data_dir) / name, pid)
+        detail += _metrics_detail(Path(data_dir) / name, pid, role, counts=not counted)
     if stuck:
         return Check(name, False, "STUCK: " + "; ".join(stuck) + "; " + detail, pid, port, state="degraded")
     return Check(name, True, detail, pid, port)
@@ -250,7 +296,8 @@ def check_stack(data_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Ch
     for name, svc in state.get("services", {}).items():
         jobs.append((name, (lambda n=name, s=svc: _service(n, s, data_dir)), svc))
     jobs.append(("clickhouse", lambda: _clickhouse(state, min(3.0, inner)), None))
-    jobs.append(("announced", lambda: _announced(data_dir), None))
+    for part, ann in announced_parts(data_dir):  # every live `eroica alert` (or other) sharing the directory
+        jobs.append((part, (lambda p=part, a=ann: _announced(p, a)), {"pid": ann["pid"]}))
     results: dict[int, Any] = {}
     threads = []
     for i, (_, fn, _) in enumerate(jobs):
@@ -269,13 +316,11 @@ def check_stack(data_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Ch
         pid = svc.get("pid") if isinstance(svc, dict) else None
         port = svc.get("port") if isinstance(svc, dict) else None
         if i not in results:
-            if part != "announced":
-                checks.append(Check(part, False, f"did not answer within {timeout_s:g} s (frozen?)", pid, port))
+            checks.append(Check(part, False, f"did not answer within {timeout_s:g} s (frozen?)", pid, port))
             continue
         res = results[i]
         if isinstance(res, Exception):
-            if part != "announced":
-                checks.append(Check(part, False, f"check failed: {type(res).__name__}: {res}", pid, port))
+            checks.append(Check(part, False, f"check failed: {type(res).__name__}: {res}", pid, port))
         elif isinstance(res, list):
             checks.extend(res)
         else:
@@ -283,13 +328,27 @@ def check_stack(data_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Ch
     return checks
 
 
-def _announced(data_dir: Path) -> list[Check]:
-    """Processes outside the stack that share its data directory (e.g. ``eroica alert``) and serve metrics."""
-    from eroica.runtime.metrics import read_announcement
+def announced_parts(data_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(part, announcement)`` of every live process announced in ``data_dir`` itself, oldest first.
 
-    ann = read_announcement(Path(data_dir))
-    if ann is None or not pid_alive(int(ann.get("pid", 0))):
-        return []
-    name = str(ann.get("component", "process"))
-    detail = _metrics_detail(Path(data_dir), int(ann["pid"])).removeprefix("; ")
-    return [Check(name, "unreachable" not in detail, detail, int(ann["pid"]))]
+    Processes outside the stack that share its data directory (``eroica alert``): each has its own
+    announcement (``runtime/metrics.py``), so two consumers are two parts, ``alert`` and ``alert-2``.
+    """
+    from eroica.runtime.metrics import read_announcements
+
+    seen: dict[str, int] = {}
+    parts = []
+    for ann in read_announcements(Path(data_dir)):
+        name = str(ann.get("component") or "process")
+        seen[name] = seen.get(name, 0) + 1
+        parts.append((name if seen[name] == 1 else f"{name}-{seen[name]}", ann))
+    return parts
+
+
+def _announced(part: str, ann: dict[str, Any]) -> Check:
+    """The line of one announced process: what its metrics say it did (a metrics port not answering: down)."""
+    from eroica.runtime.metrics import scrape_summary
+
+    summary = scrape_summary(str(ann["url"]), role=str(ann.get("component") or ""))
+    return Check(part, not summary.startswith("metrics unreachable"), f"metrics {ann['url']}: {summary}",
+                 int(ann["pid"]))

@@ -483,11 +483,13 @@ class LocalStack:
         host = self._metrics_host()
         groups = [{"targets": [f"{host}:{svc.metrics_port}"], "labels": {"role": service_role(name), "service": name}}
                   for name, svc in self.services.items() if svc.metrics_port is not None]
-        ann = _metrics.read_announcement(self.data_dir)
-        if ann is not None and pid_alive(int(ann.get("pid") or 0)):
+        seen: dict[str, int] = {}
+        for ann in _metrics.read_announcements(self.data_dir):  # every live one, oldest first: alert, alert-2, ...
             netloc = str(ann["url"]).split("://", 1)[-1].split("/", 1)[0]
             component = str(ann.get("component") or "process")
-            groups.append({"targets": [netloc], "labels": {"role": component, "service": component}})
+            seen[component] = seen.get(component, 0) + 1
+            service = component if seen[component] == 1 else f"{component}-{seen[component]}"
+            groups.append({"targets": [netloc], "labels": {"role": component, "service": service}})
         return groups
 
     def write_targets(self) -> None:

@@ -43,6 +43,9 @@ class DigestMsg(msgspec.Struct, tag="digest", kw_only=True):
     closed_through_ns: int
     records: int
     digest: WindowDigest
+    # wall clock (epoch ns) at which the summariser closed the window; the detector measures its verdict
+    # delay from it (runtime/metrics.py VERDICT_DELAY). None: an edge digest or an older summariser.
+    closed_at_ns: int | None = None
     v: int = MESSAGE_VERSION
 
 

@@ -41,6 +41,7 @@ partition.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -551,16 +552,19 @@ class PartitionSummariser:
         keys = js.keys()
         key_bytes = job.encode()
         step = Step()
+        closed_at_ns = time.time_ns()  # wall clock of the close: the detector's verdict delay starts here
         for i, w in enumerate(windows):
             records = w.records
             # a digest vouches for the windows up to its own; the last one for all that closed
             through_ns = closed_ns if i == len(windows) - 1 else w.start_ns
             msg = DigestMsg(job=job, start_ns=w.start_ns, end_ns=w.end_ns, source=self.source, keys=keys,
-                            closed_through_ns=through_ns, records=records, digest=digest_window(w))
+                            closed_through_ns=through_ns, records=records, digest=digest_window(w),
+                            closed_at_ns=closed_at_ns)
             step.sends.append(Send(SUMMARIES, key_bytes, self._bounded(msg)))
             self.stats.digests += 1
             self.stats.digest_records += records
             metrics.window_closed("summariser")
+            metrics.records_out("summariser", SUMMARIES)
         if end:
             msg_end = EndMsg(job=job, source=self.source, keys=keys, closed_through_ns=closed_ns,
                              job_keys=js.job_keys)
