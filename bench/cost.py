@@ -79,6 +79,7 @@ class CostResult:
     culprit_cost: float | None = None
     top: str = ""
     parts: dict[str, tuple[float, float]] = field(default_factory=dict)   # fault -> (true S_X, estimated S_X)
+    unpriced: int = 0                  # confident slow verdicts stating no cost, over the scenario's windows
     windows: int = 0
     seconds: float = 0.0
 
@@ -130,7 +131,7 @@ def estimate(jw, meta, verdicts: list | None = None) -> WindowEstimate | None:
     if not p.ranks.size:
         return None
     layout = infer_layout(jw, meta)
-    wc = window_cost(jw, p.ranks, layout.peer_groups(p.ranks))
+    wc = window_cost(jw, p.ranks, layout.work_groups(p.ranks))
     if wc is None:
         return None
     stated = [v.job_slowdown for v in verdicts or [] if v.job_slowdown is not None]
@@ -225,10 +226,13 @@ def run_scenario(scale: str, seed: int, name: str, faults: list[str], pp: int, w
         if e is not None and e.steps.size:
             est.append((e, int(e.steps.size)))
     all_steps = np.concatenate([e.steps for e, _ in est]) if est else np.zeros(0, np.int64)
+    # every window's verdicts, whether or not its cost could be estimated: what a user sees
+    unpriced = sum(1 for _jw, _m, vs in windows for v in vs
+                   if v.kind == "slow" and v.confidence >= 0.5 and v.cost is None)
     s_true = _step_time(truth, all_steps) / max(_step_time(healthy, all_steps), 1.0)
     s_est = _weighted([(e.slowdown, n) for e, n in est])
     tf = truth["faults"]
-    res = CostResult(seed, name, faults, _scope(tf), s_true, s_est, windows=len(est))
+    res = CostResult(seed, name, faults, _scope(tf), s_true, s_est, windows=len(est), unpriced=unpriced)
 
     def top_of(key: str, among: list[str] | None = None) -> tuple[str, dict[str, float]]:
         agg: dict[str, list[tuple[float, int]]] = {}
@@ -316,6 +320,8 @@ def summary(results: list[CostResult]) -> dict[str, Any]:
         "stragglers": errs(stragglers),
         "job_scope": errs([r for r in results if r.scope in ("job", "stage")]),
         "culprit_top": sum(bool(r.culprit_top) for r in single),
+        "unpriced_verdicts": sum(r.unpriced for r in results),
+        "unpriced_scenarios": sorted({f"seed {r.seed} {r.scenario}" for r in results if r.unpriced}),
         "single_culprit": len(single),
     }
 
@@ -326,4 +332,4 @@ def result_json(r: CostResult) -> dict[str, Any]:
             "culprit": r.culprit, "culprit_top": r.culprit_top,
             "culprit_cost": None if r.culprit_cost is None else round(r.culprit_cost, 4), "top": r.top,
             "parts": {k: {"true": round(a, 4), "est": round(b, 4)} for k, (a, b) in r.parts.items()},
-            "windows": r.windows, "seconds": round(r.seconds, 1)}
+            "windows": r.windows, "unpriced_verdicts": r.unpriced, "seconds": round(r.seconds, 1)}

@@ -442,6 +442,8 @@ def cost(seeds: int, scale: str, only: str | None, profile: str, fmt: str, refer
                           f"{t['median_rel_error']:.1%}, worst {t['worst_rel_error']:.1%} ({t['worst']})")
     console.print(f"[bold]culprit has the largest S_X[/bold]: {totals['culprit_top']}/{totals['single_culprit']} "
                   f"single-culprit scenarios")
+    where = ", ".join(totals["unpriced_scenarios"]) or "none"
+    console.print(f"[bold]confident verdicts (>= 0.5) stating no cost[/bold]: {totals['unpriced_verdicts']} ({where})")
 
 
 def _write_json(doc: dict) -> None:

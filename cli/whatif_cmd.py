@@ -49,7 +49,11 @@ def _jobs(files: tuple[str, ...]):
             meta = metas.get(job)
             stages = dict(enumerate(meta.rank_stages)) if meta is not None and meta.rank_stages else {}
             dps = dict(enumerate(meta.rank_dp)) if meta is not None and meta.rank_dp else {}
-            out.append((job, t, stages, dps))
+            # each rank's node: the job record's, else the records' own node field
+            nodes = dict(zip(a["rank"][sel].tolist(), c.strings("node")[sel].tolist()))
+            if meta is not None and meta.rank_nodes:
+                nodes.update(enumerate(meta.rank_nodes))
+            out.append((job, t, stages, dps, nodes))
     return out, valid, invalid
 
 
@@ -68,6 +72,25 @@ def _headline(r: dict) -> str:
             f"S = {s:.3f}, stragglers cost the job {_lost(s):.0%} of its throughput")
 
 
+def _ring_note(r: dict) -> str | None:
+    """When the costliest rank's figure is mostly a communicator's (a slow link or ring), say whose it is.
+
+    A rank's S_X keeps its collectives measured (the study's definition), so every member of a slow ring
+    shows the ring's cost. When the costliest communicator alone explains at least 90% of the costliest
+    rank's loss, the ranks are the ring's victims, not its cause: the link (or the member's data path
+    feeding it) is, and ``eroica analyze`` names which.
+    """
+    ranks, groups = r.get("by_rank") or {}, r.get("by_group") or {}
+    if not ranks or not groups:
+        return None
+    g, g_sx = max(groups.items(), key=lambda kv: kv[1])
+    _, r_sx = max(ranks.items(), key=lambda kv: kv[1])
+    if _lost(g_sx) < MIN_SHOWN_COST or _lost(g_sx) < 0.9 * _lost(r_sx):
+        return None
+    return (f"the ranks' figures are mostly communicator {printable(g)}'s ({_lost(g_sx):.0%}): its members wait "
+            f"on it; the slow link or data path behind it is the cause (eroica analyze names it)")
+
+
 def render_table(results: list[dict]) -> None:
     from rich.table import Table
     from rich.text import Text
@@ -83,7 +106,8 @@ def render_table(results: list[dict]) -> None:
     if not results:
         console.print("no job with a complete step to analyse")
         return
-    names = {"by_rank": "rank", "by_dp": "dp index", "by_stage": "stage", "by_fn": "function"}
+    names = {"by_rank": "rank", "by_dp": "dp index", "by_stage": "stage", "by_fn": "function", "by_node": "node",
+             "by_group": "communicator"}
     for r in results:
         console.print(wrap(_headline(r), console.width - 1), markup=False, highlight=False)
         if not r["measurable"]:
@@ -102,6 +126,9 @@ def render_table(results: list[dict]) -> None:
             if ranked:
                 who, sx = ranked[0]
                 words.append(f"{label} {shown[who]} alone costs the job {_lost(sx):.0%} of its throughput")
+        victims = _ring_note(r)
+        if victims:
+            words.append(victims)
         if table.row_count:
             console.print(table)
             for w in words:
@@ -133,7 +160,10 @@ def whatif(files: tuple[str, ...], fmt: str, peers: str, stat: str, quiet: bool)
     operation at its typical duration (median over the peer ranks of the same
     function and micro-batch position). S_X = the replayed step time when only
     the operations of X keep their measured durations / the ideal, for X =
-    each rank, data-parallel index, pipeline stage and function.
+    each rank, data-parallel index, pipeline stage and function (their
+    collectives included, as in the OSDI'25 study), each node (its ranks'
+    own work: compute, copies, loader) and each communicator (its collectives
+    alone: a slow link is its ring's cost, not every member's).
 
     \b
     S is reported only where the replay fits the job: replaying the measured
@@ -158,8 +188,8 @@ def whatif(files: tuple[str, ...], fmt: str, peers: str, stat: str, quiet: bool)
         click.echo("eroica: no valid record in the input; nothing to analyse", err=True)
         sys.exit(EXIT_NO_VALID_RECORD)
     results = []
-    for job, table, stages, dps in jobs:
-        res = run(table, stages, dps, peers=peers, stat=stat)
+    for job, table, stages, dps, nodes in jobs:
+        res = run(table, stages, dps, peers=peers, stat=stat, rank_node=nodes)
         if res is not None:
             results.append(res.to_json(job))
     if fmt == "json":

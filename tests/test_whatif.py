@@ -210,3 +210,26 @@ def test_cli_prints_no_cost_for_s_below_one(tmp_path):
     res = CliRunner().invoke(cli, ["whatif", str(path)])
     assert res.exit_code == 0, res.output
     assert "S not measurable" in res.stdout and "cost the job" not in res.stdout and "%" not in res.stdout
+
+
+@pytest.mark.parametrize("fault, node, ring", [("nic:node=1,nic=2", None, "dp-pp0-tp2"),
+                                               ("dataloader:node=node-2", "node-2", None)])
+def test_hardware_culprits_are_priced_as_hardware(tmp_path, fault, node, ring):
+    """Issue 33: a slow NIC's ring made every member rank (and every dp index) cost the same; the
+    communicator through that NIC now carries it (by_group), and a node's own slow work is its node's
+    (by_node: its collectives are its rings', not counted twice)."""
+    out = tmp_path / "run.jsonl"
+    res = CliRunner().invoke(cli, ["simulate", "--nodes", "4", "--gpus", "4", "--steps", "30", "--seed", "2",
+                                   "--fault", fault, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    (job,) = _whatif_json(str(out))["jobs"]
+    assert set(job["by_node"]) == {f"node-{i}" for i in range(4)}
+    if ring:
+        top = max(job["by_group"], key=job["by_group"].get)
+        assert top == ring and job["by_group"][ring] == pytest.approx(job["slowdown"], rel=0.05)
+        assert all(v < 1.03 for v in job["by_node"].values())  # no node's own work is slow
+        table = CliRunner().invoke(cli, ["whatif", str(out)]).output
+        assert f"mostly communicator {ring}" in " ".join(table.split())
+    else:
+        top = max(job["by_node"], key=job["by_node"].get)
+        assert top == node and job["by_node"][node] == pytest.approx(job["slowdown"], rel=0.05)

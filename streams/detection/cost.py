@@ -73,6 +73,7 @@ from eroica.models.columns import KIND_CODE
 from eroica.models.digest import WindowDigest
 
 from .expected import BW_CONFIG  # the config finding's own threshold for naming the inter-node path
+from .expected import PAUSES_FN
 from .findings import Finding
 from .grouping import dense_ids, group_max, group_min
 from .patterns import JobArrays
@@ -83,6 +84,10 @@ from .patterns import JobArrays
 # window of 64 ranks x 30 steps (~2,000 cells) the chance of one noise cell
 # counted as a fault is ~6e-4.
 OUTLIER_Z = 5.0
+# A rank's persistent level (median over the window's steps) this many robust sigmas above its role's
+# levels is a fault's, not the ordinary spread of healthy ranks: Iglewicz and Hoaglin's cutoff for the
+# modified z-score (3.5), the usual robust outlier rule for a small sample such as one role's ranks.
+LEVEL_Z = 3.5
 # Fewer complete steps cannot tell a persistent excess from a one-off (the median's
 # breakdown point, as MIN_WINDOW_STEPS in steps.py).
 MIN_STEPS = 3
@@ -365,7 +370,12 @@ def window_cost(d: WindowDigest, ranks: np.ndarray, roles: dict[int, np.ndarray]
         rest = excess - persistent
         sigma = max(1.4826 * float(np.median(np.abs(rest))), MIN_SIGMA_NS)
         noise = np.where(rest > OUTLIER_Z * sigma, 0.0, rest)
-        ideal[rows] = typical + np.minimum(persistent, 0.0) + noise
+        # a rank's own level differs from its peers' a little in a healthy job too (its GPU, its place in
+        # the rings): that spread paces the job with or without a fault and is kept; only a level that is
+        # an outlier among its role's levels is the fault's, and goes
+        spread = max(1.4826 * float(np.median(np.abs(persistent - np.median(persistent)))), MIN_SIGMA_NS)
+        natural = persistent <= np.median(persistent) + LEVEL_Z * spread
+        ideal[rows] = typical + np.where(natural, persistent, np.minimum(persistent, 0.0)) + noise
     T = float(step_ns) if step_ns is not None else mean_step_ns(d, kept, arrays)
     if not np.isfinite(T) or T <= 0:
         return None
@@ -377,6 +387,13 @@ def window_cost(d: WindowDigest, ranks: np.ndarray, roles: dict[int, np.ndarray]
     paced = tuple(paced_transfers(d, kept, steps, pacer, arrays))
     return WindowCost(ranks=kept, steps=steps, step_ns=T, measured=a, ideal=ideal, ideal_ns=ideal_ns,
                       slowdown=float(max(1.0, T / ideal_ns)), paced=paced)
+
+
+def _pause_share(evidence: dict[str, Any]) -> float | None:
+    """Sporadic host pauses' time over the pause-free steps' time (expected.pause_findings), or None."""
+    e = evidence.get(PAUSES_FN)
+    share = e.get("cost_share_of_step") if isinstance(e, dict) else None
+    return float(share) if isinstance(share, (int, float)) and share > 0 else None
 
 
 def lost_share(s_x: float) -> float:
@@ -547,10 +564,16 @@ def finding_costs(wc: WindowCost | None, findings: list[Finding], world: int) ->
     out = []
     for i, f in enumerate(findings):
         s_x = None
+        paused = _pause_share(f.evidence)
         if f.kind == "hang":
             pass
         elif i in declared:
             s_x = (ideal + declared[i]) / ideal
+        elif paused is not None:
+            # host pauses on varying ranks: outliers of the waits, which the ideal already replaced by the
+            # typical level (window_cost), so they are no declared cause (nothing counted twice). Their
+            # finding measured them against the pause-free steps' time over its windows: S_X = 1 + share
+            s_x = 1.0 + paused
         else:
             mine = set(int(r) for r in f.culprits) & set(wc.ranks.tolist())
             if mine and len(mine) < wc.ranks.size:

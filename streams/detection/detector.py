@@ -26,7 +26,7 @@ from eroica.models.verdict import Verdict, finding_key, incident_id, verdict_id
 
 from . import attribution as attr
 from .collectives import CollectiveStats, collective_stats
-from .cost import finding_costs, lost_share, window_cost
+from .cost import ROUND, finding_costs, lost_gpu_hours_per_hour, lost_share, window_cost
 from .counters import CounterSummary, from_digest
 from .findings import Finding, confidence_of
 from .hang import hang_findings
@@ -166,10 +166,41 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
         new_history = msgspec.structs.replace(
             new_history, pauses=[*history.pauses, pause_now][-(PAUSE_WINDOWS - 1):],
             bus_reference=remember_bus(history.bus_reference, fabric, {g.name: bus_bandwidth(g) for g in fabric}))
-    cost = window_cost(d, p.ranks, layout.peer_groups(p.ranks), arrays=arrays) if p is not None and enough else None
-    prices = finding_costs(cost, findings, meta.world_size if meta is not None and meta.world_size else 0)
+    cost = window_cost(d, p.ranks, layout.work_groups(p.ranks), arrays=arrays) if p is not None and enough else None
+    world = meta.world_size if meta is not None and meta.world_size else 0
+    prices = finding_costs(cost, findings, world)
+    prices, last_cost = _priced_before(findings, prices, d.job, history.last_cost, streak, world, d.start_ns)
+    new_history = msgspec.structs.replace(new_history, last_cost=last_cost)
     verdicts = [to_verdict(f, d.job, d.start_ns, d.end_ns, detected_at_ns, c) for f, c in zip(findings, prices)]
     return verdicts, new_history
+
+
+def _priced_before(findings: list[Finding], prices: list[dict[str, Any]], job: str,
+                   last: dict[str, list[float]], streak: dict[str, int], world: int,
+                   start_ns: int) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
+    """Prices with a finding this window cannot price given its incident's last priced window's cost.
+
+    A window of too few complete steps (the job's last, flushed at its end) has no waits to price
+    from; the incident it continues was priced one window earlier, and that is the best measure of
+    it there is (its evidence says so: ``cost_from_window_ns``). Kept per incident while it lasts
+    (``streak``): the history stays bounded by the open incidents.
+    """
+    out, kept = [], {}
+    for f, c in zip(findings, prices):
+        inc = _streak_key(job, f)
+        if c.get("cost") is not None:
+            kept[inc] = [float(c["cost"]), float(start_ns)]
+        elif f.kind == "slow" and inc in last:
+            s_x, at = last[inc]
+            c = {**c, "cost": s_x, "gpu_hours_lost_per_hour": round(lost_gpu_hours_per_hour(world, s_x), ROUND)
+                 if world else None}
+            f.evidence["cost_from_window_ns"] = int(at)
+            kept[inc] = last[inc]
+        out.append(c)
+    for inc, v in last.items():
+        if inc in streak and inc not in kept:
+            kept[inc] = v
+    return out, kept
 
 
 EXPLAINS_SHARE = 0.5  # a culprit that half the job waits for sets the pace of the whole job

@@ -41,6 +41,9 @@ class JobHistory(msgspec.Struct):
     streak: dict[str, int] = {}
     # incident id -> the steps after the warm-up that showed it over those windows (the sign test's k)
     streak_steps: dict[str, int] = {}
+    # incident id -> [S_X, window start] of the last window that could price it (cost.window_cost), for a
+    # window of the same incident that cannot (too few complete steps: the job's last, flushed window)
+    last_cost: dict[str, list[float]] = {}
     # time-window digests waiting until they hold enough whole steps (steps.py) ...
     pending: list[WindowDigest] = []
     # ... and the incomplete steps the last job window left over

@@ -43,6 +43,18 @@ class Layout:
         stages = np.array([self.rank_stage.get(int(r), 0) for r in ranks])
         return {int(s): np.flatnonzero(stages == s) for s in np.unique(stages)}
 
+    def work_groups(self, ranks: np.ndarray) -> dict[int, np.ndarray]:
+        """Ranks whose own work per step is the same by construction, for pricing (:mod:`.cost`).
+
+        The stage, split by explicit ``rank_roles`` only. An inferred tensor-parallel
+        position is not split off here: its ranks on the other nodes share one rail
+        (their NIC index), so a slow rail would be its whole group's level, an
+        excess over no one, and cost nothing (a 64-rank job's half-speed NIC read
+        as 1.01 against 1.16 measured). Positions that differ a little in a
+        healthy job stay within the spread the cost keeps (``cost.LEVEL_Z``).
+        """
+        return self.peer_groups(ranks) if self.explicit_roles else self.roles(ranks)
+
     def peer_groups(self, ranks: np.ndarray) -> dict[int, np.ndarray]:
         """Ranks that do the same work: the stage, split by role where one is known.
 

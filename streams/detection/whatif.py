@@ -142,6 +142,10 @@ class WhatIf:
     by_dp: dict[str, float]
     by_stage: dict[str, float]
     by_fn: dict[str, float]
+    # hardware and links: the ranks of a node with their own work only (compute, copies, loader: a node's
+    # collectives are its rings', shared with every other node), and a communicator's collectives alone
+    by_node: dict[str, float] = field(default_factory=dict)
+    by_group: dict[str, float] = field(default_factory=dict)
     step_ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     step_actual: np.ndarray = field(default_factory=lambda: np.empty(0))
     step_ideal: np.ndarray = field(default_factory=lambda: np.empty(0))
@@ -160,6 +164,7 @@ class WhatIf:
             "step_s": {"actual": self.actual_s, "ideal": self.ideal_s, "replay": self.replay_s},
             "by_rank": self.by_rank if ok else {}, "by_dp": self.by_dp if ok else {},
             "by_stage": self.by_stage if ok else {}, "by_fn": self.by_fn if ok else {},
+            "by_node": self.by_node if ok else {}, "by_group": self.by_group if ok else {},
         }
 
 
@@ -490,7 +495,8 @@ def _step_times(g: _Graph, end: np.ndarray, n_steps: int) -> np.ndarray:
 
 
 def whatif(t: OpTable, rank_stage: dict[int, int] | None = None, rank_dp: dict[int, int] | None = None,
-           *, peers: str = "job", stat: str = "median", pool_steps: bool = True) -> WhatIf | None:
+           *, peers: str = "job", stat: str = "median", pool_steps: bool = True,
+           rank_node: dict[int, str] | None = None) -> WhatIf | None:
     """The what-if slowdown of one job and its decompositions; None without a complete step.
 
     ``peers``: whose durations define an op's typical duration, ``"job"``
@@ -502,7 +508,14 @@ def whatif(t: OpTable, rank_stage: dict[int, int] | None = None, rank_dp: dict[i
     (per function, the mean over positions, peers and steps; collectives the
     median transfer), ``"auto"`` (study on a job with several stages, median
     otherwise). ``pool_steps``: typical over all steps (one ideal per
-    position) or per step.
+    position) or per step. ``rank_node``: each rank's node, for ``by_node``.
+
+    ``by_rank``, ``by_dp`` and ``by_stage`` keep every operation of their
+    ranks measured, collectives included, as the OSDI'25 study does: every
+    member of a slow ring then carries the ring's whole cost. ``by_group``
+    prices each communicator's collectives alone (a slow link is its ring's
+    cost, not its members'), and ``by_node`` a node's ranks' own work (their
+    collectives are their rings').
     """
     if peers not in ("job", "stage") or stat not in STATS:
         raise ValueError(f"peers must be job|stage and stat one of {'|'.join(STATS)}")
@@ -551,13 +564,23 @@ def whatif(t: OpTable, rank_stage: dict[int, int] | None = None, rank_dp: dict[i
     fns = np.unique(t.fn)
     stages = np.unique(stage_of)
     dps = np.unique(dp_of)
+    node_names = sorted({rank_node[int(r)] for r in ranks if int(r) in (rank_node or {})})
+    node_code = {name: i for i, name in enumerate(node_names)}
+    node_of = np.array([node_code.get((rank_node or {}).get(int(r), ""), -1) for r in t.rank], np.int64)
+    coll_op = (t.kind == _COLLECTIVE) & (t.group >= 0)
+    groups = np.unique(t.group[coll_op])
     labels: list[tuple[str, int]] = ([("rank", int(r)) for r in ranks] + [("dp", int(d)) for d in dps]
-                                     + [("stage", int(s)) for s in stages] + [("fn", int(f)) for f in fns])
-    attr = {"rank": t.rank.astype(np.int64), "dp": dp_of, "stage": stage_of, "fn": t.fn.astype(np.int64)}
+                                     + [("stage", int(s)) for s in stages] + [("fn", int(f)) for f in fns]
+                                     + [("node", i) for i in range(len(node_names))]
+                                     + [("group", int(x)) for x in groups])
+    attr = {"rank": t.rank.astype(np.int64), "dp": dp_of, "stage": stage_of, "fn": t.fn.astype(np.int64),
+            "node": node_of, "group": np.where(coll_op, t.group, -1).astype(np.int64)}
 
     def member_of(kind: str, value: int) -> np.ndarray:
         hit = np.zeros(n, bool)
         hit[g.node[attr[kind] == value]] = True
+        if kind == "node":
+            hit &= ~g.is_coll  # a node's own work: its collectives are its rings' (by_group)
         return hit
 
     totals: list[np.ndarray] = []
@@ -580,13 +603,16 @@ def whatif(t: OpTable, rank_stage: dict[int, int] | None = None, rank_dp: dict[i
     actual = float(actual_steps.mean())
     replay = float(replay_steps.mean())
     ratios = scen.mean(axis=0) / ideal if ideal > 0 else np.ones(len(labels))
-    out: dict[str, dict[str, float]] = {"rank": {}, "dp": {}, "stage": {}, "fn": {}}
+    out: dict[str, dict[str, float]] = {"rank": {}, "dp": {}, "stage": {}, "fn": {}, "node": {}, "group": {}}
     for (kd, v), r in zip(labels, ratios.tolist()):
-        out[kd][t.fn_names[v] if kd == "fn" else str(v)] = float(r)
+        name = (t.fn_names[v] if kd == "fn" else node_names[v] if kd == "node"
+                else t.group_names[v] if kd == "group" and v < len(t.group_names) else str(v))
+        out[kd][name] = float(r)
     reason = not_measurable(actual, replay, ideal)
     return WhatIf(
         steps=int(n_steps), slowdown=max(actual / ideal, 1.0) if reason is None else float("nan"),
         actual_s=actual, ideal_s=ideal, replay_s=replay,
         by_rank=out["rank"], by_dp=out["dp"], by_stage=out["stage"], by_fn=out["fn"],
+        by_node=out["node"], by_group=out["group"],
         step_ids=np.unique(t.step), step_actual=actual_steps, step_ideal=ideal_steps, reason=reason,
     )
