@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: setup kafka demo test lint bench clean
+.PHONY: setup kafka demo test lint bench docs clean
 
 setup: $(VENV)/.installed kafka
 
@@ -20,7 +20,7 @@ kafka:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[stream,sink,import,test,gpu,fuzz,fast]'
+	$(PY) -m pip install -q -e '.[stream,sink,import,test,gpu,fuzz,fast,docs]'
 	$(PY) -m pip install -q torch==2.13.0  # the tracer's tests (CPU wheel on these machines; not an extra: torch>=2.1 would pick 2.14)
 	$(PY) -c 'from eroica.models import fastjson, limits; from eroica.streams.detection import kernels; fastjson.warm(); kernels.warm(); limits.warm()'  # compile the scanner, the summariser's kernels and the msgpack depth walk once, into their caches
 	touch $@
@@ -37,6 +37,11 @@ lint: setup
 
 bench: setup
 	$(VENV)/bin/eroica bench throughput
+
+# The documentation site into build/site; strict: a broken link, a missing anchor or a page left out
+# of the nav fails (tests/test_docs.py runs the same build under `make test`).
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

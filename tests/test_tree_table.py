@@ -1,4 +1,7 @@
-"""The README's folder table is the tree's: ``tools/tree_table.py`` regenerates it, and this test fails when it is stale."""
+"""The folder table of ``docs/development.md`` is the tree's.
+
+``tools/tree_table.py --write`` regenerates it, and this test fails when it is stale.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +19,11 @@ def _tool():
     return module
 
 
-def test_readme_folder_table_matches_the_tree() -> None:
+def test_folder_table_matches_the_tree() -> None:
     tool = _tool()
-    current = tool.readme_table((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert current is not None, "README.md lost the tree-table markers"
-    assert current == tool.table(ROOT), "README.md's folder table is stale: run tools/tree_table.py --write"
+    current = tool.page_table((ROOT / tool.PAGE).read_text(encoding="utf-8"))
+    assert current is not None, f"{tool.PAGE} lost the tree-table markers"
+    assert current == tool.table(ROOT), f"{tool.PAGE}'s folder table is stale: run tools/tree_table.py --write"
 
 
 def test_every_listed_folder_and_module_has_a_summary() -> None:
