@@ -564,9 +564,10 @@ def whatif(t: OpTable, rank_stage: dict[int, int] | None = None, rank_dp: dict[i
     fns = np.unique(t.fn)
     stages = np.unique(stage_of)
     dps = np.unique(dp_of)
-    node_names = sorted({rank_node[int(r)] for r in ranks if int(r) in (rank_node or {})})
+    rank_node = rank_node or {}
+    node_names = sorted({rank_node[int(r)] for r in ranks if int(r) in rank_node})
     node_code = {name: i for i, name in enumerate(node_names)}
-    node_of = np.array([node_code.get((rank_node or {}).get(int(r), ""), -1) for r in t.rank], np.int64)
+    node_of = np.array([node_code.get(rank_node.get(int(r), ""), -1) for r in t.rank], np.int64)
     coll_op = (t.kind == _COLLECTIVE) & (t.group >= 0)
     groups = np.unique(t.group[coll_op])
     labels: list[tuple[str, int]] = ([("rank", int(r)) for r in ranks] + [("dp", int(d)) for d in dps]
