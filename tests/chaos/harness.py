@@ -366,3 +366,23 @@ def blocked_clickhouse(flag: Path) -> Iterator[None]:
         yield
     finally:
         flag.unlink(missing_ok=True)
+
+
+# -- stats pages and settings -----------------------------------------------------------------------
+def service_stats(stack: ChaosStack, service: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The JSON of a service's health page (``/eroica/stats`` for the workers); {} while it does not answer."""
+    import urllib.request
+
+    url = str(stack.state()["services"][service]["health_url"])
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return json.loads(resp.read())
+    except (OSError, ValueError):  # restarting or busy: ask again
+        return {}
+
+
+def stack_settings(stack: ChaosStack) -> Any:
+    """The stream workers' settings (window, idle close...) as the stack's environment gives them."""
+    from eroica.streams.faust.settings import WorkerSettings
+
+    return WorkerSettings.from_env(_clean_env(**stack.extra_env))
