@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from .stack_options import STACK_EXIT_CODES, NoStack, clickhouse_option, data_dir_option, query_target
-from .tables import printable
+from .tables import aligned, printable
 from .verdicts_cmd import parse_since
 
 
@@ -134,7 +134,5 @@ def fleet(since: str, fmt: str, drain: bool, min_jobs: int, clickhouse_url: str 
              str(r.times_blamed), str(r.jobs),
              f"{r.gpu_hours_lost:.2f}", when(r.first_seen_ns), when(r.last_seen_ns), "open" if r.open else "resolved"]
             for r in rows]
-    # plain aligned columns (no box drawing): readable at any width and easy to grep
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    for line in [head, *body]:
-        click.echo("  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip())
+    for line in aligned([head, *body]):  # plain columns: readable at any width and easy to grep
+        click.echo(line)

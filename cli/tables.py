@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from eroica.models.verdict import Verdict
 
-__all__ = ["add_columns", "console", "print_rows", "printable", "printable_json", "render_verdicts", "wrap"]
+__all__ = ["add_columns", "aligned", "console", "print_rows", "printable", "printable_json", "render_verdicts", "wrap"]
 
 SHORT = 19          # a column whose cells are all at most this long never wraps
 MIN_TEXT = 36       # narrowest a wrapped text column may get before rows turn into blocks
@@ -97,6 +97,16 @@ def wrap(text: str, width: int, indent: str = "") -> str:
     """``text`` wrapped at ``width`` between words only (a word longer than the line stays whole)."""
     return "\n".join(textwrap.wrap(text, width=max(20, width), initial_indent=indent, subsequent_indent=indent,
                                    break_long_words=False, break_on_hyphens=False)) or indent
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Plain columns, each as wide as its longest cell, two spaces apart, no box drawing; one line a row.
+
+    For lists meant to be read at any width and grepped (``eroica fleet``): a row is never wrapped
+    or folded. The cells are shown as given: names go through :func:`printable` first.
+    """
+    widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max((len(r) for r in rows), default=0))]
+    return ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
 
 
 def add_columns(table: Table, columns: Sequence[str], rows: Sequence[Sequence[str]] = (),

@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from eroica.cli.analyze_cmd import render_table
-from eroica.cli.tables import print_rows, printable, printable_json, render_verdicts
+from eroica.cli.tables import aligned, print_rows, printable, printable_json, render_verdicts
 from hostile_names import HOSTILE, RAW_TERMINAL
 
 
@@ -89,3 +89,12 @@ def test_rich_emoji_codes_in_names_stay_text() -> None:
     out.file = buf
     out.print(":fire: job", markup=False, highlight=False)
     assert ":fire: job" in buf.getvalue()
+
+
+def test_aligned_columns_are_as_wide_as_their_longest_cell() -> None:
+    assert aligned([["node", "jobs", "state"], ["gpu-node-017", "12", "open"], ["n2", "3", ""]]) == [
+        "node          jobs  state",
+        "gpu-node-017  12    open",
+        "n2            3",
+    ]
+    assert aligned([]) == []

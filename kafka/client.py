@@ -13,15 +13,17 @@ faust workers at once. Three forms:
 - :func:`faust_broker_kwargs`: ``broker`` URLs and ``broker_credentials`` of a
   ``faust.App``.
 
-librdkafka's own log lines go through a rate-limited logger (one line per kind
-every 30 s, ``EROICA_LOG_REPEAT_S``): a broker that is away must not flood
-the logs.
+librdkafka's own log lines go through a rate-limited logger
+(:class:`~eroica.runtime.logfilter.RateLimitedLogger`: one line per kind every
+30 s, ``EROICA_LOG_REPEAT_S``): a broker that is away must not flood the logs.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+
+from eroica.runtime.logfilter import RateLimitedLogger
 
 from .config import KafkaConfig
 
@@ -33,9 +35,7 @@ _LIBRDKAFKA_PROTOCOL = {"plaintext": "PLAINTEXT", "ssl": "SSL", "sasl_plaintext"
 
 
 def _librdkafka_logger() -> Any:
-    from .publisher import _RateLimitedLogger
-
-    return _RateLimitedLogger(logging.getLogger("eroica.kafka.librdkafka"))
+    return RateLimitedLogger(logging.getLogger("eroica.kafka.librdkafka"))
 
 
 def client_id(config: KafkaConfig, role: str) -> str:

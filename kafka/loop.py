@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from eroica.models.limits import failure_reason
+from eroica.runtime.backoff import delay as backoff_delay
 
 from .deadletter import deadletter_message
 
@@ -186,7 +187,7 @@ class LoopSettings:
     flush_interval_s: float = 0.5
     batch_size: int = 10_000
     shutdown_timeout_s: float = 10.0
-    backoff: Callable[[int], float] = lambda failures: min(30.0, 0.5 * 2 ** max(0, failures - 1))
+    backoff: Callable[[int], float] = backoff_delay  # 0.5 s doubling to 30 s (runtime/backoff.py)
     idle_slice_s: float = 0.2
     deadletter_flush_s: float = 10.0
 

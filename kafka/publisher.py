@@ -47,27 +47,6 @@ DROP_WARNING_INTERVAL_S = 10.0
 _BLOCK_POLL_S = 0.05
 
 
-class _RateLimitedLogger:
-    """librdkafka logs every failed reconnect (several a second while a broker is away).
-
-    A live agent must not flood the training job's log: one line per
-    (level, facility) every LOG_REPEAT_S, the rest dropped.
-    """
-
-    LOG_REPEAT_S = 30.0
-
-    def __init__(self, target: logging.Logger) -> None:
-        self.target = target
-        self._last: dict[tuple[int, str], float] = {}
-
-    def log(self, level: int, msg: str, *args: object) -> None:
-        key = (level, str(args[0]) if args else msg)
-        now = time.monotonic()
-        if now - self._last.get(key, float("-inf")) >= self.LOG_REPEAT_S:
-            self._last[key] = now
-            self.target.log(level, msg, *args)
-
-
 @dataclass
 class PublisherStats:
     """Counters of one publisher; ``produced - delivered - failed`` are still in flight."""
@@ -109,7 +88,7 @@ class FramePublisher:
 
         role = client_id.removeprefix("eroica-") if client_id.startswith("eroica-") else client_id
         # idempotent, acks=all: no duplicates or reordering on retry (client.py)
-        conf = base_conf(config, role, logger=_RateLimitedLogger(logging.getLogger("eroica.kafka.librdkafka")))
+        conf = base_conf(config, role)
         conf.update({
             "compression.type": config.compression,
             "linger.ms": config.linger_ms,

@@ -2,6 +2,7 @@
 
 Prometheus metrics (:mod:`.metrics`), repeat-limited logging (:mod:`.logfilter`),
 the data directory and the single-machine stack's state file (:mod:`.state`),
-and small OS helpers (:mod:`.system`). Imports :mod:`eroica.models` at most,
+the retries' exponential backoff (:mod:`.backoff`), and small OS helpers,
+``/proc`` readings of a process included (:mod:`.system`). Imports :mod:`eroica.models` at most,
 never a role, the Kafka layer or the stack (README, "Layers").
 """

@@ -1,9 +1,13 @@
 """Operating-system helpers every Eroica process shares (standard library only).
 
-Whether a pid is alive, a free loopback port, a JSON file written so that
-readers never see half of it (the stack's state file, the sink's endpoint
-announcement and the metrics announcement all use them), and the garbage
-collector's settings for processes that hold columnar windows.
+Whether a pid is alive, what ``/proc`` says of a process (its command line,
+CPU time and memory: the one place that parses ``/proc/<pid>/stat`` and
+``status``), a free loopback port, a JSON file written so that readers never
+see half of it (the stack's state file, the sink's endpoint announcement and
+the metrics announcement all use them), and the garbage collector's settings
+for processes that hold columnar windows. Host-wide counters (``/proc/stat``,
+``loadavg``, ``meminfo`` under a configurable root) are the node agent's:
+:mod:`eroica.producers.counters.host`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["atomic_write_json", "columnar_gc", "columnar_gc_during", "free_port", "pid_alive"]
+__all__ = ["atomic_write_json", "cmdline", "columnar_gc", "columnar_gc_during", "cpu_seconds", "free_port",
+           "pid_alive", "status_kib"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -29,11 +34,49 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie (exited, not yet reaped) is not alive for our purposes
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except OSError:
-        return True
+    fields = _stat_fields(pid)  # a zombie (exited, not yet reaped) is not alive for our purposes
+    return not fields or fields[0] != b"Z"
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """``/proc/<pid>/stat`` after the command name (which may hold spaces and parentheses): state first."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time the process has used so far (all its threads); None when unreadable."""
+    fields = _stat_fields(pid)  # utime and stime: the 14th and 15th fields, in clock ticks
+    if fields is None or len(fields) < 13:
+        return None
+    try:
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except ValueError:
+        return None
+
+
+def status_kib(pid: int, key: str) -> int | None:
+    """A ``kB`` line of ``/proc/<pid>/status`` (``VmRSS``: resident now, ``VmHWM``: peak); None when absent."""
+    try:
+        with open(f"/proc/{int(pid)}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def cmdline(pid: int) -> bytes | None:
+    """The process's arguments, NUL-separated as ``/proc/<pid>/cmdline`` holds them; None when gone."""
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
+            return f.read()
+    except (OSError, ValueError):
+        return None
 
 
 def atomic_write_json(path: Path, doc: dict[str, Any]) -> None:

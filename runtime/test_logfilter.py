@@ -22,3 +22,34 @@ def test_repeated_messages_are_rate_limited_with_a_count() -> None:
     now[0] = 30.0
     r = rec("Unable connect to node %s: %s", 1, "refused")
     assert f.filter(r) and "[99 similar messages suppressed in 30 s]" in r.getMessage()
+
+
+def test_librdkafka_lines_are_limited_per_level_and_facility() -> None:
+    from eroica.runtime.logfilter import RateLimitedLogger
+
+    now = [0.0]
+    seen: list[str] = []
+
+    class Target(logging.Logger):
+        def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:  # type: ignore[override]
+            seen.append(str(msg) % args)
+
+    limited = RateLimitedLogger(Target("librdkafka"), interval_s=30.0, clock=lambda: now[0])
+    for _ in range(5):
+        limited.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", "Connection refused")
+    limited.log(logging.WARNING, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", "other level")
+    limited.log(logging.ERROR, "%s [%s] %s", "CONFWARN", "rdkafka#consumer-1", "other facility")
+    assert seen == ["FAIL [rdkafka#consumer-1] Connection refused", "FAIL [rdkafka#consumer-1] other level",
+                    "CONFWARN [rdkafka#consumer-1] other facility"]
+    now[0] = 30.0
+    limited.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", "Connection refused")
+    assert seen[-1] == "FAIL [rdkafka#consumer-1] Connection refused [4 similar messages suppressed in 30 s]"
+
+
+def test_the_interval_comes_from_the_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from eroica.runtime.logfilter import DEFAULT_INTERVAL_S, interval_from_env
+
+    monkeypatch.setenv("EROICA_LOG_REPEAT_S", "5")
+    assert interval_from_env() == 5.0
+    monkeypatch.setenv("EROICA_LOG_REPEAT_S", "soon")
+    assert interval_from_env() == DEFAULT_INTERVAL_S

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eroica.runtime.system import pid_alive
+from eroica.runtime.system import pid_alive, status_kib
 
 from eroica.runtime.state import read_state
 
@@ -117,13 +117,8 @@ def http_ok(url: str, timeout_s: float = 1.0) -> tuple[bool, Any]:
 
 
 def _rss_mb(pid: int | None) -> float | None:
-    try:
-        for line in Path(f"/proc/{int(pid)}/status").read_text().splitlines():  # type: ignore[arg-type]
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError, TypeError, IndexError):
-        pass
-    return None
+    kib = status_kib(pid, "VmRSS") if pid else None
+    return None if kib is None else kib / 1024.0
 
 
 def _broker(kafka: dict[str, Any], timeout_s: float = 3.0) -> Check:

@@ -78,8 +78,9 @@ from typing import IO, Any
 
 from eroica.kafka.admin import LARGE_MESSAGES, BrokerError, create_topics, wait_for_broker
 from eroica.kafka.config import KafkaConfig
+from eroica.runtime.backoff import delay as backoff_delay
 from eroica.runtime.state import read_state, remove_state, write_state
-from eroica.runtime.system import free_port, pid_alive
+from eroica.runtime.system import cmdline, free_port, pid_alive
 from eroica.runtime import metrics as _metrics
 
 from .apache_kafka import KAFKA_VERSION, KafkaCluster
@@ -223,7 +224,7 @@ class RestartPolicy:
         self.prune(restart_times, now)
         n = len(restart_times)
         if n < self.max_restarts:
-            return min(self.backoff_max_s, self.backoff_s * 2.0 ** n), None
+            return backoff_delay(n + 1, self.backoff_s, self.backoff_max_s), None  # n restarts so far
         return None, (restart_times[0] + self.window_s if restart_times else None)
 
 
@@ -344,11 +345,10 @@ class LocalStack:
         for pid, markers in candidates:
             if not pid or not pid_alive(int(pid)):
                 continue
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
+            args = cmdline(int(pid))
+            if args is None:
                 continue
-            if any(m in cmdline for m in markers):
+            if any(m in args for m in markers):
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                     reaped += 1

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from eroica.models.verdict import COMPONENTS
 from eroica.kafka.config import KafkaConfig
+from eroica.runtime.backoff import delay as backoff_delay
 
 from .incidents import TrackerSettings
 from .links import check_base
@@ -146,7 +147,7 @@ class AlertConfig:
                                stale_ns=self.stale_ns)
 
     def backoff(self, failures: int) -> float:
-        return min(self.retry_max_s, self.retry_initial_s * (2 ** max(0, failures - 1)))
+        return backoff_delay(failures, self.retry_initial_s, self.retry_max_s)
 
     def replace(self, **changes: object) -> AlertConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

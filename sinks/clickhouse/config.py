@@ -50,6 +50,8 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from eroica.runtime.backoff import delay as backoff_delay
+
 __all__ = ["ClickHouseConfig", "RetryPolicy", "check_identifier", "DEFAULT_URL", "ENV_VARS"]
 
 DEFAULT_URL = "clickhouse://127.0.0.1:9000/eroica"
@@ -104,7 +106,7 @@ class RetryPolicy:
 
     def delay(self, failures: int) -> float:
         """Wait before the next try after ``failures`` (>= 1) failed tries."""
-        return min(self.initial_s * self.multiplier ** (failures - 1), self.max_s)
+        return backoff_delay(failures, self.initial_s, self.max_s, self.multiplier)
 
 
 @dataclass(frozen=True)

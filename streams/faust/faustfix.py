@@ -1,90 +1,63 @@
 """Patches to faust-streaming 0.15.3 that Eroica's workers need (applied once, by :func:`apply`).
 
-Each one was found by a probe on this project's stack (tansu 0.6.0, aiokafka 0.14); ``EROICA_FAUSTFIX_OFF``
-(a comma list of ``fetch``, ``acks``, ``commit``, ``recovery``; probes only) leaves some out:
+Each replaces or wraps faust code of exactly this release (pyproject pins it), and each is applied
+on both brokers, tansu and Apache Kafka. ``EROICA_FAUSTFIX_OFF`` (a comma list of ``fetch``,
+``acks``, ``commit``, ``recovery``; for probes only) leaves some out. How each was found and
+measured: CHANGELOG.md, "Moved from docstrings (2026-12-07)".
 
-1. **fetch wait**: faust hard-codes aiokafka's ``fetch_max_wait_ms=1500``; on tansu
-   that gave 0.4-0.8 s of extra lag and 1.4 s stalls (streaming-notes). We set
-   :data:`FETCH_MAX_WAIT_MS` on the consumer it creates.
-2. **acks only from us**: our agents acknowledge a message only once its effect
-   is on an output topic (held acks, see the package docstring). faust also
-   acks on its own the messages it *skips* while a rebalance is in progress
-   (stale generation, flow stopped); the next commit then moves past records
-   nobody processed, and they are lost (seen: one message of a partition lost
-   on a restart). :class:`AckGate` releases acks in offset order, and the
-   patched ``Consumer.ack`` accepts only what a gate released: a skipped
-   message stays unacknowledged and is read again after the rebalance seeks
-   to the committed offset. The Cython stream iterator inlines its acks, so
-   the pure-Python one is used (it calls ``Consumer.ack``).
-3. **strict commit offsets**: faust's ``Consumer._new_offset`` commits the first
-   run of consecutive acked offsets even when it starts one past the committed
-   offset, or anywhere when nothing was committed yet (it tests
-   ``if committed_offset:``, and 0 is false). The patched version commits only a
-   run that starts exactly at the committed offset (or, before the first
-   commit, at the partition's earliest offset, registered by
-   :func:`set_base_offset`).
-4. **table recovery resumes the streams with the flow stopped** (found on Apache
-   Kafka 4.1.1 with the detector's faust Table, 2026-11-23). Once the
-   changelogs are read, faust's ``Recovery.on_recovery_completed`` resumes the
-   stream partitions, awaits ``perform_seek()`` (seek to the committed
-   offsets), and only then calls ``app.flow_control.resume()``, which *clears*
-   every stream queue (``clear_on_resume``) before ``consumer.resume_flow()``.
-   But the consumer's flow is still running at that point (recovery resumed it
-   to read the changelog), and aiokafka has fetched the stream partitions all
-   along (faust's pause is only a filter of its own): the fetcher drains
-   stream records into the queues *during* the seek, and the clear drops them.
-   Two outcomes, both seen with the probe (faust/aiokafka calls, fetched
-   ranges, agent arrivals and gate releases logged per detector process):
-   the seek lands first (a no-op: aiokafka's position already is the
-   committed offset), then ``summaries/2`` 73..96 are drained, the agent takes
-   73, the clear drops 74..96, aiokafka's position is 97 and nothing fetches
-   them again until the next rebalance: the stream stalls, our gate holds
-   73's acknowledgement, the committed offset stays at 73 (nothing lost, all
-   late; ``state.py``'s 5 in 15 restarts). Or the drain lands first, the seek
-   moves the position back, and the message the agent had already taken is
-   delivered twice (e.g. ``summaries/3@9``). The patch stops
-   the consumer's flow on entry: nothing is drained during the seek (records
-   the fetcher returns meanwhile are dropped by ``getmany``, which seeks back
-   to the committed offsets itself), and faust's own ``resume_flow()`` at the
-   end starts the streams at the committed offsets, after the clear. Restart
-   loop (one Kafka node, the detector SIGKILLed mid-replay and restarted by
-   ``eroica up``, 10 verdicts per job; a stall: not all verdicts within 30 s):
-   without the patch 2 of 22 restarts stalled (an earlier probe: 5 of 15), the
-   clear dropped queued records (13-30) in 5 of 20 detector processes and 5
-   messages were delivered twice; with it 24 of 24 restarts stored exactly the
-   expected ids, each in 10.5-17.5 s, with no drop and no double delivery, and
-   20 of 20 more without the probe's instrumentation (10.5-15.9 s). The
-   no-table path (``Recovery._resume_streams``) needs nothing: there the flow
-   has been stopped since the rebalance began, and on a first start the
-   fetcher only starts after the seek; that is why the state topic never
-   stalled.
+1. **fetch wait** (``fetch``): faust's aiokafka driver creates its consumer with
+   ``fetch_max_wait_ms=1500`` and no setting to change it; on tansu an empty fetch then holds the
+   streams back up to 1.5 s (extra lag, stalls). We set :data:`FETCH_MAX_WAIT_MS` on the consumer
+   it creates. On Apache Kafka, whose delayed fetch returns as soon as data arrives, the lower
+   value costs nothing. Upstream: no issue found; faust-streaming has no setting for it (the value
+   is passed in ``faust/transport/drivers/aiokafka.py``).
+2. **acks only from us** (``acks``): our agents acknowledge a message only once its effect is on
+   an output topic (held acks, see the package docstring). faust also acks on its own the
+   messages it *skips* while a rebalance is in progress (``Stream._py_aiter``: ``do_ack or value
+   is skipped_value``; stale generation, flow stopped); the next commit then moves past records
+   nobody processed, and they are lost. :class:`AckGate` releases acks in offset order, and the
+   patched ``Consumer.ack`` accepts only what a gate released: a skipped message stays
+   unacknowledged and is read again after the rebalance seeks to the committed offset. The Cython
+   stream iterator inlines its acks, so the pure-Python one is used (it calls ``Consumer.ack``).
+   Upstream: the skip came with https://github.com/faust-streaming/faust/pull/223 (for
+   https://github.com/faust-streaming/faust/issues/221); offsets of unprocessed messages
+   committed across a rebalance, with ``noack`` streams too, are
+   https://github.com/faust-streaming/faust/issues/527 (open). No issue names the skip's ack.
+3. **strict commit offsets** (``commit``): faust's ``Consumer._new_offset`` commits the first run
+   of consecutive acked offsets even when it starts one past the committed offset (``min(acked)
+   - committed_offset > 1`` lets it through), or anywhere when nothing was committed yet (``if
+   committed_offset:`` is false for 0 and None). The patched version commits only a run that
+   starts exactly at the committed offset (or, before the first commit, at the partition's
+   earliest offset, registered by :func:`set_base_offset`). Upstream:
+   https://github.com/faust-streaming/faust/issues/606 (open; the fix proposed in
+   https://github.com/faust-streaming/faust/pull/707 is not in a release).
+   It ignores faust's ``_gap`` bookkeeping on purpose. Gaps are offsets the fetcher jumped over
+   (compaction, transaction markers); our input topics have neither, and faust also records a
+   "gap" when its read offset runs ahead after a seek race, which would let a commit pass
+   unprocessed records.
+4. **table recovery resumes the streams with the flow stopped** (``recovery``; faust Tables, so
+   Apache Kafka only: ``state.py``). Once the changelogs are read, ``Recovery.on_recovery_completed``
+   resumes the stream partitions, awaits ``perform_seek()`` (seek to the committed offsets), and
+   only then calls ``app.flow_control.resume()``, which *clears* every stream queue
+   (``clear_on_resume``) before ``consumer.resume_flow()``. But the consumer's flow is still
+   running then (recovery resumed it to read the changelogs), and aiokafka fetches the stream
+   partitions all along (faust's pause is a filter of its own): stream records drained during the
+   seek are dropped by the clear (aiokafka's position is past them, so the stream stalls until
+   the next rebalance; our gate holds the acknowledgement, so nothing is lost, only late), or,
+   when the drain lands before the seek, a message the agent already took is delivered twice.
+   The patch stops the consumer's flow on entry: nothing is drained during the seek (records the
+   fetcher returns meanwhile are dropped by ``getmany``, which seeks back to the committed offsets
+   itself), and faust's own ``resume_flow()`` at the end starts the streams at the committed
+   offsets, after the clear. Upstream: the same race on the path without tables
+   (``Recovery._resume_streams``) was https://github.com/faust-streaming/faust/issues/216, fixed
+   by https://github.com/faust-streaming/faust/pull/217, which is why that path (and the state
+   topic) needs nothing; no issue found for ``on_recovery_completed``.
 
-On Apache Kafka (4.1.1, one node; 2026-11-23) all four stay, on this evidence:
-
-- 2 and 3 guard faust code that does not depend on the broker: ``Stream._py_aiter``
-  acks every message it skips (``do_ack or value is skipped_value``), and the
-  original ``_new_offset`` commits past an unacknowledged offset (``if
-  committed_offset:`` is false for 0 and None, and ``min(acked) -
-  committed_offset > 1`` lets a run start one past the committed offset).
-  Without them a skipped message is committed unprocessed. The probe: the
-  patched ``ack`` logs ``faust skipped ...`` for every message it refuses; in
-  some 25 worker restarts and rebalances on Apache Kafka
-  (``tests/chaos/test_chaos_tables.py`` and a restart loop), and in 24 more
-  restarts of the detector with its faust Table (patch 4's loop), it never fired, so
-  no test yet *fails* without them there; ``EROICA_FAUSTFIX_OFF=acks,commit``
-  runs the chaos cases without them. They stay: removing a guard against a
-  loss path that is in faust's code because one probe did not hit it is not
-  evidence enough.
-- 4 is Kafka's (faust Tables are not used on tansu, where the patched method never runs).
-- 1 (fetch wait) was not measured on Apache Kafka (whose delayed fetch
-  returns as soon as data arrives, so it should cost nothing there); it is
-  kept on both brokers.
-
-Note: ``_new_offset`` ignores faust's ``_gap`` bookkeeping on purpose. Gaps are
-offsets the fetcher jumped over (compaction, transaction markers); our input
-topics have neither, and faust also records a "gap" when its read offset
-runs ahead after a seek race, which would let a commit pass unprocessed
-records. faust Tables on Apache Kafka: ``state.py`` (the default there since patch 4).
+Why 2 and 3 stay on Apache Kafka although no probe there has yet hit the paths they guard: the
+paths are in faust's code, not the broker's (a skipped message is acked, and the original
+``_new_offset`` commits past an unacknowledged offset, on any broker); that one probe did not hit
+a loss path is not evidence enough to remove its guard. ``EROICA_FAUSTFIX_OFF=acks,commit`` runs
+the chaos cases without them.
 """
 
 from __future__ import annotations
@@ -123,7 +96,7 @@ def apply(broker: str = "tansu") -> tuple[str, ...]:
     """Install the patches (idempotent; before the app starts); returns those applied.
 
     ``broker`` (``tansu`` or ``kafka``) is where the worker runs: every patch is applied on both today
-    (see the module docstring for the probes on Apache Kafka).
+    (see the module docstring).
     """
     import faust.streams
     from faust.transport import consumer as fconsumer
@@ -132,7 +105,7 @@ def apply(broker: str = "tansu") -> tuple[str, ...]:
 
     todo = [p for p in wanted(broker) if p not in _applied]
 
-    if "fetch" in todo:
+    if "fetch" in todo:  # 1. no upstream issue: faust has no setting for aiokafka's fetch_max_wait_ms
         create = fa.AIOKafkaConsumerThread._create_worker_consumer
 
         def _create_worker_consumer(self, transport):  # type: ignore[no-untyped-def]
@@ -142,7 +115,7 @@ def apply(broker: str = "tansu") -> tuple[str, ...]:
 
         fa.AIOKafkaConsumerThread._create_worker_consumer = _create_worker_consumer
 
-    if "acks" in todo:
+    if "acks" in todo:  # 2. skipped messages acked: faust-streaming/faust#527 (skip from PR #223)
         faust.streams._CStreamIterator = None  # acks must go through Consumer.ack
 
         original_ack = fconsumer.Consumer.ack
@@ -159,10 +132,10 @@ def apply(broker: str = "tansu") -> tuple[str, ...]:
 
         fconsumer.Consumer.ack = ack
 
-    if "commit" in todo:
+    if "commit" in todo:  # 3. commits past an unacked offset: faust-streaming/faust#606 (PR #707)
         fconsumer.Consumer._new_offset = _make_new_offset(consecutive_numbers)
 
-    if "recovery" in todo:
+    if "recovery" in todo:  # 4. as faust-streaming/faust#216 (fixed there), on the table path
         from faust.tables import recovery as frecovery
 
         completed = frecovery.Recovery.on_recovery_completed

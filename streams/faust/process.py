@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from eroica.kafka.config import _ENV_NAMES, ENV_PREFIX, KafkaConfig
+from eroica.runtime import system
 
 
 def worker_env(config: KafkaConfig, base: Mapping[str, str] | None = None, **settings: object) -> dict[str, str]:
@@ -86,21 +87,12 @@ class WorkerProcess:
 
     def peak_rss_mb(self) -> float | None:
         """Peak resident memory of the running worker (VmHWM), MiB."""
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-        except (OSError, AssertionError):
-            return None
-        return None
+        kib = system.status_kib(self.proc.pid, "VmHWM") if self.proc is not None else None
+        return None if kib is None else kib / 1024
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU time the worker has used so far (all its threads)."""
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, AssertionError, IndexError, ValueError):
-            return None
+        return system.cpu_seconds(self.proc.pid) if self.proc is not None else None
 
     def kill(self) -> None:
         """SIGKILL, no goodbye (a crash)."""

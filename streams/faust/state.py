@@ -49,24 +49,16 @@ Backends (``EROICA_STATE_STORE``: ``auto``, the default, ``table`` or ``topic``)
 Apache Kafka the state topic is no longer used or created (``EROICA_STATE_STORE=topic``
 still forces it there, for comparisons only).
 
-**The table on Apache Kafka** (Apache Kafka 4.1.1 one node, faust-streaming
-0.15.3, aiokafka 0.14.0; 2026-11-23): its recovery loads the job's state from
-the changelog (1 state in < 0.01 s). A first probe found a restarted
-detector's stream stalling in 5 of 15 SIGKILL restarts (0 of 6 with the
-topic). The cause was faust's ``Recovery.on_recovery_completed``: it seeks the
-stream partitions to their committed offsets while the consumer's flow still
-runs, then clears the stream queues, dropping records the fetcher had drained
-during the seek (or delivering one twice when the seek landed after the
-drain). ``faustfix.py`` patch 4 (``recovery``) stops the flow first; the
-evidence and the loop counts are in its docstring. With it, 44 of 44
-restarts in a loop stored exactly the expected verdict ids (none stalled),
-and every chaos case on Kafka passes with the table, 10/10 verdicts, none
-missing, extra or doubled (``tests/chaos/test_chaos_tables.py``: restart
-11.8 s, 2 + 2 workers 10.6 s; ``test_chaos_kafka.py``: 6 cases;
-``test_chaos_cluster.py``: 2 cases on 3 nodes). One stall remains in faust's
-recovery after a run of rebalances (2026-11-26: a changelog partition that
-never delivers, about one 2 + 2 run in four): ``watchdog.py`` restarts such a
-worker.
+**The table on Apache Kafka**: its recovery loads the jobs' states from the
+changelog before the stream resumes. faust's ``Recovery.on_recovery_completed``
+raced the fetcher there (a restarted detector's stream stalled, or a message
+was delivered twice); ``faustfix.py`` patch 4 (``recovery``) closes that race,
+and the chaos cases on Kafka pass with the table
+(``tests/chaos/test_chaos_tables.py``, ``test_chaos_kafka.py``,
+``test_chaos_cluster.py``). One stall remains in faust's recovery after a run
+of rebalances (a changelog partition that never delivers): ``watchdog.py``
+restarts such a worker. The probes and their counts: CHANGELOG.md, "Moved from
+docstrings (2026-12-07)".
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from eroica.models.job_end import decode_job_end
 from eroica.models.verdict import decode_verdict
 from eroica.kafka.config import KafkaConfig
 from eroica.streams.faust.process import WorkerProcess, worker_env
@@ -64,9 +65,13 @@ class _Stack:
 
 
 def _verdicts(consume, config: KafkaConfig, want: int, timeout_s: float) -> list:
+    """The verdict messages of the verdict topic, without the job-end markers it also carries (models/job_end.py)."""
+    def verdicts(out: list) -> list:
+        return [m for m in out if decode_job_end(m.value()) is None]
+
     msgs = consume(config.bootstrap, config.verdicts_topic, config.partitions,
-                   lambda out: len({m.value() for m in out}) >= want, timeout_s=timeout_s)
-    return msgs
+                   lambda out: len({m.value() for m in verdicts(out)}) >= want, timeout_s=timeout_s)
+    return verdicts(msgs)
 
 
 @pytest.fixture
