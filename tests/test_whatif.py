@@ -116,6 +116,49 @@ def test_recv_cannot_finish_before_its_send():
     assert w.by_stage["0"] == pytest.approx(4.1 / 2.1) and w.by_stage["1"] == pytest.approx(1.0)
 
 
+
+def test_an_asynchronous_send_does_not_hold_its_rank():
+    # interleaved 1F1B / GPipe send with isend: stage 0's send ends (1.1 s) long before stage 1, still busy,
+    # posts its recv (3.0 s); stage 0 goes on with B meanwhile. Replica 0's B is slow.
+    rows, stages = [], {}
+    for p in range(3):
+        s0, s1 = p, 3 + p
+        stages[s0], stages[s1] = 0, 1
+        b = 5.0 if p == 0 else 2.0
+        rows += [(s0, 0, "A", "kernel", 0.0, 1.0), (s0, 0, "send", "collective", 1.0, 0.1, "send", f"pp{p}"),
+                 (s0, 0, "B", "kernel", 1.1, b),
+                 (s1, 0, "C", "kernel", 0.0, 3.0), (s1, 0, "recv", "collective", 3.0, 0.1, "recv", f"pp{p}"),
+                 (s1, 0, "D", "kernel", 3.1, 1.0)]
+    w = whatif(table(rows), stages, {r: r % 3 for r in range(6)})
+    # the replay reproduces the step: B follows A and the send's issue, not the receiver (a blocking send
+    # would start it at 3.1 s, a dropped dependency at 0)
+    assert w.measurable, w.reason
+    assert w.replay_s == pytest.approx(6.1)
+    assert w.actual_s == pytest.approx(6.1)
+    assert w.ideal_s == pytest.approx(4.1)      # stage 0: 1.1 + B's mean 3; stage 1: 3 + 0.1 + 1
+    assert w.by_stage["0"] == pytest.approx(6.1 / 4.1) and w.by_stage["1"] == pytest.approx(1.0)
+
+
+def test_a_lone_p2p_record_gets_a_transfer_as_typical():
+    # stage 1 records a no-op recv (no peer, no communicator: an interleaved pipeline's end) after its real
+    # recv, which waits for the slow stage 0: the no-op's typical is a transfer (0.1 s), not the mean of its
+    # function's records, mostly that wait
+    rows, stages = [], {}
+    for p in range(3):
+        s0, s1 = p, 3 + p
+        stages[s0], stages[s1] = 0, 1
+        f = 3.0 if p == 0 else 1.0
+        rows += [(s0, 0, "F", "kernel", 0.0, f), (s0, 0, "send", "collective", f, 0.1, "send", f"pp{p}"),
+                 (s1, 0, "recv", "collective", 0.0, f + 0.1, "recv", f"pp{p}"),
+                 (s1, 0, "G", "kernel", f + 0.1, 1.0),
+                 (s1, 0, "recv", "collective", f + 1.1, 0.1, "recv", None),
+                 (s1, 0, "H", "kernel", f + 1.2, 1.0)]
+    w = whatif(table(rows), stages, {r: r % 3 for r in range(6)}, stat="study")
+    ideal = 5.0 / 3 + 0.1 + 1.0 + 0.1 + 1.0      # F at the study's mean; the no-op's 0.1 s, not the mean 0.93 s
+    assert w.actual_s == pytest.approx(5.2)
+    assert w.ideal_s == pytest.approx(ideal)
+    assert w.slowdown == pytest.approx(5.2 / ideal)
+
 def _whatif_json(*args: str) -> dict:
     res = CliRunner().invoke(cli, ["whatif", *args, "--format", "json"])
     assert res.exit_code == 0, res.output

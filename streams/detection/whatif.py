@@ -32,8 +32,18 @@ The dependency graph, inferred from the records alone (pure numpy, no I/O):
   any schedule: 1F1B, GPipe); where the counts differ, each recv takes the
   send of another rank that started before it ended and ended closest to it.
   The pair is a two-member collective, so a recv cannot finish before its
-  send has started (the reference analyzer pairs them alike: modelling an
-  asynchronous send as not holding its rank fitted its S worse).
+  send has started (the reference analyzer pairs them alike).
+* **An asynchronous send does not hold its rank** (interleaved 1F1B, GPipe:
+  Megatron's ``isend``, waited on later): the op after it on its rank waits
+  for what the send waited for plus the measured gap (the send's issue
+  time); only the receiver waits for the pair. A blocking send (1F1B's
+  batched send/recv) holds its rank until its pair ends. Which one a send
+  function is, the records tell: of its pairs whose sender came first, most
+  ended before the receiver posted its recv (``_eager_sends``). Holding an
+  asynchronous send's rank made a sender whose receiver came late wait in
+  the replay; worse, the pair's node arrives with that late receiver, after
+  the sender's next op, so that dependency was dropped as backward and the
+  op replayed from the step start (interleaved replays up to 31% short).
 * **The step time is the critical path**: from the step's first measured start
   to the last replayed end. Ops with no dependency in their step (a rank's
   first op) keep their measured offset from the step start.
@@ -52,7 +62,9 @@ be a negative cost).
 Typical durations (``stat``): ``"study"``, the OSDI'25 study's definition (the
 one its published S uses): per function, the mean duration over every rank,
 micro-batch and step (a straggler's own ops included), and for collectives
-the median transfer; measured against the study's reference analyzer on
+the median transfer (a lone one too: a no-op p2p record at an interleaved
+pipeline's end gets its kind's transfer, not its function's mean, mostly
+waits); measured against the study's reference analyzer on
 generated pipelines (``eroica bench cost --reference``) and on its real trace,
 S agrees within 5% with it. ``"auto"`` takes it for pipeline-parallel jobs
 (ranks in several stages, the study's scope) and ``"median"`` otherwise.
@@ -372,6 +384,60 @@ def _pair_p2p(t: OpTable, idx: np.ndarray, start: np.ndarray, end: np.ndarray) -
     return pairs
 
 
+def _eager_sends(t: OpTable, pairs: dict[int, int], end: np.ndarray) -> np.ndarray:
+    """Per op: True for a send issued asynchronously (``isend``: it does not hold its rank until the receiver
+    has taken it), told apart per send function from the records.
+
+    A blocking send (1F1B's batched ``send_forward_recv_backward``...) that started before its receiver posted
+    the recv waits for it and ends with the transfer, after the recv started; an asynchronous one
+    (interleaved 1F1B, GPipe: Megatron's ``isend``, its handle waited on later) ends its own issue while the
+    receiver is still busy. A function's sends are asynchronous when, of its pairs whose sender came first,
+    most ended before their recv started (the same call issues them all alike; where the receiver always
+    came first the two cannot be told apart, and the send stays blocking: the replay is the same).
+    """
+    eager = np.zeros(len(t), bool)
+    if not pairs:
+        return eager
+    r = np.fromiter(pairs.keys(), np.int64, len(pairs))
+    s = np.fromiter(pairs.values(), np.int64, len(pairs))
+    first = t.start[s] < t.start[r] - TOLERANCE_NS
+    early = first & (end[s] < t.start[r] - TOLERANCE_NS)
+    fns = t.fn[s].astype(np.int64)
+    n_fn = int(fns.max()) + 1
+    is_eager = 2 * np.bincount(fns, weights=early, minlength=n_fn) > np.bincount(fns, weights=first, minlength=n_fn)
+    eager[s[is_eager[fns]]] = True
+    return eager
+
+
+def _detach(src: np.ndarray, dst: np.ndarray, detached: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Op edges with the ``detached`` ops (asynchronous sends) taken out of their ranks' sequence: an edge
+    from one becomes edges from each of its own sources (through a run of them), its in-edges stay (its
+    transfer, the pair's node, still starts only once it was issued). The op after an asynchronous send
+    then waits for what the send waited for plus the measured gap, which holds the send's issue time;
+    the receiver alone waits for the transfer."""
+    for _ in range(64):
+        out = detached[src]
+        if not out.any():
+            break
+        keep_s, keep_d = src[~out], dst[~out]
+        # join (p -> s) with (s -> x) on s, for the detached s
+        o = np.argsort(dst, kind="stable")
+        in_dst, in_src = dst[o], src[o]
+        s_out, x_out = src[out], dst[out]
+        lo = np.searchsorted(in_dst, s_out, "left")
+        hi = np.searchsorted(in_dst, s_out, "right")
+        cnt = hi - lo
+        rep = np.repeat(np.arange(s_out.size), cnt)
+        idx = np.repeat(lo - np.r_[0, np.cumsum(cnt)[:-1]], cnt) + np.arange(int(cnt.sum()))
+        new_s, new_d = in_src[idx], x_out[rep]
+        ok = new_s != new_d
+        src, dst = np.r_[keep_s, new_s[ok]], np.r_[keep_d, new_d[ok]]
+    else:
+        out = detached[src]
+        src, dst = src[~out], dst[~out]
+    return src.astype(np.int64), dst.astype(np.int64)
+
+
 # ----------------------------------------------------------------------------- the graph
 
 
@@ -415,8 +481,11 @@ def _build(t: OpTable) -> _Graph:
         first = np.full(int(inst.max()) + 1, n_ops, np.int64)
         np.minimum.at(first, inst, grp)
         node[grp] = first[inst]
-    for r, s in _pair_p2p(t, coll[is_p2p], t.start, end).items():
+    pairs = _pair_p2p(t, coll[is_p2p], t.start, end)
+    for r, s in pairs.items():
         node[r] = node[s] = min(r, s)
+    # an asynchronous send does not hold its rank: what follows it waits for what it waited for
+    src, dst = _detach(src, dst, _eager_sends(t, pairs, end))
     uniq, node = np.unique(node, return_inverse=True)
     n = uniq.size
 
@@ -554,7 +623,9 @@ def whatif(t: OpTable, rank_stage: dict[int, int] | None = None, rank_dp: dict[i
     np.minimum.at(best, g.node, pref)
     key_op = best % (len(t) + 1)
     typ = typ_op[key_op].copy()
-    coll_nodes = np.flatnonzero(g.is_coll)
+    # a collective's typical is its transfer's, of the instances of its kind: a lone one too (a no-op p2p record
+    # of an interleaved pipeline's either end, an unmatched member), whose function's records are mostly waits
+    coll_nodes = np.flatnonzero(g.is_coll | (t.kind[key_op] == _COLLECTIVE))
     if coll_nodes.size:
         k = key_op[coll_nodes]
         gid = _group_ids(t.fn[k], pos_key[k], peer[k], step_key[k])
