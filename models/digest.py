@@ -118,7 +118,8 @@ class FnRows(_Rows):
 
     DTYPES: ClassVar[dict[str, np.dtype[Any]]] = {
         "rank": _I8, "kind": _I8, "count": _I8, "total_ns": _F8, "excl_ns": _F8, "median_ns": _F8, "p90_ns": _F8,
-        "p99_ns": _F8, "per_step_ns": _F8, "step": _I8, "steps": _I8, "low_ns": _F8}
+        "p99_ns": _F8, "per_step_ns": _F8, "step": _I8, "steps": _I8, "low_ns": _F8,
+        "high_ns": _F8}
 
     rank: Column = msgspec.field(default_factory=_ints)
     fn: list[str] = []
@@ -134,6 +135,13 @@ class FnRows(_Rows):
     step: Column = msgspec.field(default_factory=_ints)           # INTERIOR, or the edge step the row holds
     steps: Column = msgspec.field(default_factory=_ints)          # steps the row covers in which the function ran
     low_ns: Column = msgspec.field(default_factory=_floats)       # the low (5%) quantile of the per-step cost
+    high_ns: Column = msgspec.field(default_factory=_floats)      # the high (95%) quantile of the per-step cost
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if len(self.high_ns) != len(self.per_step_ns):
+            # a digest of an older summariser (none sent): the median stands in, which shows no shift
+            self.high_ns = self.per_step_ns.copy()
 
 
 class RankRows(_Rows):

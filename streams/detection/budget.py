@@ -22,6 +22,8 @@ the message could not be sent otherwise.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import numpy as np
 
@@ -87,7 +89,7 @@ def fold_fns(d: WindowDigest, max_identities: int = MAX_FN_IDENTITIES, max_rows:
 def _take(rows: FnRows, mask: np.ndarray) -> FnRows:
     idx = np.flatnonzero(mask)
     n = len(rows)
-    cols: dict[str, object] = {}
+    cols: dict[str, Any] = {}  # the columns' own types, FnRows's to check
     for f in FnRows.__struct_fields__:
         v = getattr(rows, f)
         if len(v) != n:  # an optional column an older digest lacks: absent on every row
@@ -128,4 +130,4 @@ def _fold(rows: FnRows, mask: np.ndarray) -> FnRows:
         count=summed(rows.count).astype(np.int64), total_ns=summed(rows.total_ns), excl_ns=summed(rows.excl_ns),
         median_ns=most(rows.median_ns), p90_ns=most(rows.p90_ns), p99_ns=most(rows.p99_ns),
         per_step_ns=summed(rows.per_step_ns), step=groups[1], steps=most(rows.steps).astype(np.int64),
-        low_ns=summed(rows.low_ns))
+        low_ns=summed(rows.low_ns), high_ns=summed(rows.high_ns))

@@ -33,7 +33,7 @@ from .hang import hang_findings
 from .bus_reference import best_bus_Bps, inter_node_groups, remember_bus
 from .expected import MIN_COLL_BYTES, PAUSE_WINDOWS, bus_bandwidth, expected_findings, pause_findings, transport_findings
 from .history import JobHistory
-from .regression import regression_findings, with_window
+from .regression import regression_findings, shift_findings, with_window
 from .stages import stage_findings
 from .steps import assemble_with_arrays
 from .layout import Layout, infer_layout
@@ -138,7 +138,8 @@ def analyse_job_window(d: WindowDigest, meta: JobRecord | None, history: JobHist
                                       best_bus=best_bus_Bps(history.bus_reference, fabric))
         paused, pause_now = pause_findings(p, step_ns, history.pauses)
         findings += paused
-        findings += regression_findings(p, history, step_ns)
+        found = regression_findings(p, history, step_ns)
+        findings += found + shift_findings(p, step_ns, {f.fn for f in found})
         _assign_victims(findings, p, coll, step_ns)
         findings = _drop_explained(findings, p, coll)
     elif p is not None and step_ns > 0 and bool(np.median(p.steps) >= 1):

@@ -51,7 +51,7 @@ from .intervals import _AXIS_LIMIT, covered, exclusive_time, exclusive_time_on_a
 # By its installed name, whatever name this module was imported by: numba's cache records the module
 # name of a kernel's globals and imports it by that name when it loads the kernel (in any process).
 from eroica.streams.detection.kernels import SCATTER_DTYPES, Kernels, worth_it
-from .patterns import HOST_LEVEL, LOW_Q, _LEVEL_OF_KIND_16, _host_levels, _in_flight_rows, _own_duration
+from .patterns import HIGH_Q, HOST_LEVEL, LOW_Q, _LEVEL_OF_KIND_16, _host_levels, _in_flight_rows, _own_duration
 
 # Records per block of ranks (whole ranks: a block may hold more).
 _BLOCK_RECORDS = 1 << 16
@@ -480,7 +480,7 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
         cell, n_cells = dense_ids_only(slot, fid, part)
     stats = None if ks is None else _row_stats(ks, cell, n_cells, steps_, dur, excl, kinds, own)
     if stats is not None:
-        count, total, excl_sum, q, per_step, low, fn_steps, rows = stats
+        count, total, excl_sum, q, per_step, low, high, fn_steps, rows = stats
     else:
         total = group_sum(cell, dur if own is None else np.where(own, dur, 0), n_cells)
         excl_sum = group_sum(cell, excl, n_cells)
@@ -498,7 +498,7 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
         step_cost = g.sums(cost)
         del cost
         sv, count_s, starts_s = _row_sorted(g.step_cell, step_cost, n_cells)
-        per_step, low = sorted_quantiles(sv, count_s, starts_s, (0.5, LOW_Q))
+        per_step, low, high = sorted_quantiles(sv, count_s, starts_s, (0.5, LOW_Q, HIGH_Q))
         fn_steps = count_s.astype(np.int64, copy=False)
         rows = np.minimum.reduceat(g.perm, starts)  # each row's first record (dense_ids' representative)
         del g, sv
@@ -509,6 +509,7 @@ def _summarise_ranks(a: dict[str, np.ndarray], vocab: dict[str, list[str]], base
         "stack": stack_vocab[a["stack"][rows]] if len(stack_vocab) else np.full(rows.size, "", dtype=object),
         "kind": kinds[rows], "count": count, "total_ns": total, "excl_ns": excl_sum, "median_ns": q[0],
         "p90_ns": q[1], "p99_ns": q[2], "per_step_ns": per_step, "step": part[rows], "steps": fn_steps, "low_ns": low,
+        "high_ns": high,
     }
     if own is not None:  # step spans are the own records' (a continuation's end is its record's, seen before)
         if not own.any():
@@ -584,8 +585,8 @@ def _row_stats(ks: Kernels, cell: np.ndarray, n_cells: int, steps: np.ndarray, d
         ks.row_ranks(d_keys, count, _FN_QS, d_bits, d_lo, 0.0, q)  # 0.0: a row of continuations only
     else:
         count, q = _duration_quantiles(cell, n_cells, dur, own)
-    per_step, low = _step_quantiles(ks, step_sum, fn_steps, n_cells)
-    return count, total, excl_sum, q, per_step, low, fn_steps, first
+    per_step, low, high = _step_quantiles(ks, step_sum, fn_steps, n_cells)
+    return count, total, excl_sum, q, per_step, low, high, fn_steps, first
 
 
 # Bits a packed (row, value) key may use: below int64's sign bit, with one to spare.
@@ -593,26 +594,26 @@ _KEY_BITS = 62
 
 
 def _step_quantiles(ks: Kernels, step_sum: np.ndarray, fn_steps: np.ndarray,
-                    n_cells: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's median and low quantile of its steps' costs (``step_sum``: per (row, step), row by row) from
+                    n_cells: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's median, low and high quantile of its steps' costs (``step_sum``: per (row, step), row by row) from
     one sort of packed (row, cost) keys; by :func:`_row_sorted` where they do not pack."""
     lo = int(step_sum.min())
     bits = (int(step_sum.max()) - lo).bit_length()
     if (n_cells - 1).bit_length() + bits > _KEY_BITS:
         sv, count_s, starts_s = _row_sorted(np.repeat(np.arange(n_cells, dtype=np.int64), fn_steps), step_sum, n_cells)
-        per_step, low = sorted_quantiles(sv, count_s, starts_s, (0.5, LOW_Q))
-        return per_step, low
+        per_step, low, high = sorted_quantiles(sv, count_s, starts_s, (0.5, LOW_Q, HIGH_Q))
+        return per_step, low, high
     keys = np.empty(step_sum.size, dtype=np.int64)
     ks.pack_rows(step_sum, fn_steps, lo, bits, keys)
     keys.sort()
-    out = np.empty((2, n_cells))
+    out = np.empty((3, n_cells))
     ks.row_ranks(keys, fn_steps, _STEP_QS, bits, lo, np.nan, out)
-    return out[0], out[1]
+    return out[0], out[1], out[2]
 
 
 # The quantiles of a row's durations and of its steps' costs (what the digest's rows hold).
 _FN_QS = np.array([0.5, 0.9, 0.99])
-_STEP_QS = np.array([0.5, LOW_Q])
+_STEP_QS = np.array([0.5, LOW_Q, HIGH_Q])
 
 
 def _duration_quantiles(cell: np.ndarray, n_cells: int, dur: np.ndarray,

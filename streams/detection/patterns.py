@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from eroica.models.columns import KIND_CODE, Columns
-from eroica.models.digest import InFlightRows, WindowDigest
+from eroica.models.digest import INTERIOR, InFlightRows, WindowDigest
 
 from .grouping import (group_max, group_min, group_weighted_median)
 
@@ -45,6 +45,9 @@ _STALL_KINDS = (K_LOADER, K_IO)
 # 5% (nearest rank: the 3rd-best of 40 steps): robust to a couple of odd fast
 # steps, yet below a regression that started a few steps into the window.
 LOW_Q = 0.05
+# ... and the high one, symmetric to it: with the median, the three tell a level that shifted inside the
+# window (low at one level, median and high at another) from jitter around one level (regression.py)
+HIGH_Q = 0.95
 # Rows of at least this many steps set a cell's reference level whatever their calls
 # (_level): as the job window's minimum of whole steps (steps.MIN_WINDOW_STEPS).
 LEVEL_STEPS = 3
@@ -74,6 +77,10 @@ class Patterns:
     # (R, F) the median step's cost where per_step_ns took a loader's mean instead (build_patterns);
     # None: per_step_ns. Whether most steps pay a stall is read from it (detector: steady).
     median_step_ns: np.ndarray | None = None
+    # (R, F, 3): the median, low and high quantile of the per-step cost over a cell's interior steps
+    # (its largest interior row: whole steps only, no partial step at a window's edge); NaN without one.
+    # A level that shifted inside the window shows there (regression.shift_findings).
+    interior_q: np.ndarray | None = None
     # The rows behind the level the job's regression reference takes (cell, low, steps, calls,
     # n_cells: see _level); None: low_ns. Kept, not computed: once the reference holds its
     # windows (regression.REFERENCE_WINDOWS) no window needs it, and it cost ~8% of this build.
@@ -399,6 +406,7 @@ def build_patterns(d: WindowDigest, arrays: JobArrays | None = None) -> Patterns
         m = _weighted_medians(cell, fc.col(name, np.float64), w, n_cells)
         return m.reshape(n_r, max(n_f, 1))[:, :n_f]
 
+    interior_q = _interior_quantiles(fc, cell, w, n_cells, n_r, n_f) if len(f.high_ns) == len(f.fn) else None
     calls = fc.col("count", np.float64)
     count = np.bincount(cell, weights=calls, minlength=n_cells)
     count = count.reshape(n_r, max(n_f, 1))[:, :n_f].astype(np.int64)
@@ -432,4 +440,18 @@ def build_patterns(d: WindowDigest, arrays: JobArrays | None = None) -> Patterns
         p90_ns=wmedian("p90_ns"), p99_ns=p99, per_step_ns=per_step, low_ns=low,
         beta=excl / np.where(busy > 0, busy, float(window_ns))[:, None], steps=steps, step_time_ns=step_time, window_ns=window_ns,
         sporadic=sporadic, median_step_ns=median_step, ref_rows=(cell, lows, w, calls, n_cells),
+        interior_q=interior_q,
     )
+
+
+def _interior_quantiles(fc: Any, cell: np.ndarray, w: np.ndarray, n_cells: int, n_r: int, n_f: int) -> np.ndarray:
+    """(R, F, 3) median, low and high per-step cost of each cell's largest interior row (NaN: none)."""
+    out = np.full((n_cells, 3), np.nan)
+    inner = np.flatnonzero(fc.col("step", np.int64) == INTERIOR)
+    if inner.size:
+        order = inner[np.lexsort((w[inner], cell[inner]))]  # by cell, then steps: the last of a cell is its largest
+        last = np.r_[cell[order][1:] != cell[order][:-1], True]
+        pick = order[last]
+        for k, name in enumerate(("per_step_ns", "low_ns", "high_ns")):
+            out[cell[pick], k] = fc.col(name, np.float64)[pick]
+    return out.reshape(n_r, max(n_f, 1), 3)[:, :n_f]

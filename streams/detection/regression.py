@@ -37,6 +37,16 @@ RANK_SHARE = 0.8        # ... slower on >= 80% of ranks: shared, not one rank's 
 MIN_PRESENCE = 0.5      # functions run by at least half the ranks
 MIN_STEPS = 3           # as a job window's minimum (steps.MIN_WINDOW_STEPS): a median that ignores one odd step
 
+# A level that shifted inside the window (shift_findings): its steps' low quantile sits at the earlier
+# level and its median at the new one, the high quantile close above the median: the rise from low to
+# median at least SHIFT_SHAPE times the spread from median to high. Jitter around one level spreads
+# about as far below the median as above it (ratio ~1); 3x keeps a skewed jitter out (healthy fleets:
+# at most 19% of a function's ranks pass, against RANK_SHARE's 80%, over 22 healthy runs x windows).
+SHIFT_SHAPE = 3.0
+# A level needs steps on both sides: 8 interior steps put the 5% quantile on a step before the onset
+# and the median on four after it.
+SHIFT_STEPS = 8
+
 # Collectives and the loader have their own tests (links, expected behaviour).
 _SKIP_KINDS = (K_COLL, K_LOADER, K_IO)
 
@@ -88,6 +98,52 @@ def regression_findings(p: Patterns, history: JobHistory, step_ns: float) -> lis
                                       "ranks_slower": int(np.sum(col[ok] / base >= 1.1))}},
             summary=(f"{p.fn_names[f]} runs {ratio:.2f}x slower than in this job's first windows on "
                      f"{int(np.sum(col[ok] / base >= 1.1))} of {int(ok.sum())} ranks: a software regression"),
+        ))
+    return out
+
+
+def shift_findings(p: Patterns, step_ns: float, already: set[str]) -> list[Finding]:
+    """A function whose level rose on every rank alike at a point inside this window (a change point).
+
+    Without the job's earlier windows (a short trace: the job's only window), or with earlier
+    windows that hold only warm-up steps (slower: a reference too high), the history cannot show a
+    regression that began inside the window; the window's own steps can. Per rank, the interior
+    steps' low quantile is the level before the onset, the median the level after it (more than
+    half the steps after it), and the high quantile sits close above the median (:data:`SHIFT_SHAPE`).
+    The same thresholds as the history's comparison: :data:`MIN_RATIO`, on :data:`RANK_SHARE` of the
+    ranks, material (:data:`MIN_MATERIAL`). ``already``: functions the history already found.
+    """
+    out: list[Finding] = []
+    q = p.interior_q
+    if q is None or np.median(p.steps) < SHIFT_STEPS:
+        return out
+    all_ranks = [int(r) for r in p.ranks]
+    for f in range(len(p.fn_names)):
+        if int(p.fn_kinds[f]) in _SKIP_KINDS or p.fn_names[f] in already:
+            continue
+        med, lo, hi = q[:, f, 0], q[:, f, 1], q[:, f, 2]
+        ok = np.isfinite(med) & np.isfinite(lo) & np.isfinite(hi) & (lo > 0) & (p.steps >= SHIFT_STEPS)
+        if ok.mean() < MIN_PRESENCE or np.mean(p.sporadic[ok, f]) > 0.5:
+            continue
+        shifted = (med[ok] >= MIN_RATIO * lo[ok]) & (med[ok] - lo[ok] >= SHIFT_SHAPE * (hi[ok] - med[ok]))
+        if shifted.mean() < RANK_SHARE:
+            continue
+        base, now = float(np.median(lo[ok])), float(np.median(med[ok]))
+        ratio = now / base
+        if ratio < MIN_RATIO or now - base < MIN_MATERIAL * step_ns:
+            continue
+        mad = float(np.median(np.abs(med[ok] - now))) * 1.4826 / base
+        z = (ratio - 1.0) / max(mad, 0.02)
+        n_shift = int(shifted.sum())
+        out.append(Finding(
+            kind="slow", component="software", scope="job", fn=p.fn_names[f], slowdown=round(ratio, 4),
+            score=round(float(z), 3), confidence=confidence_of(ratio, z, (now - base) / step_ns, FULL_MATERIAL),
+            peers=all_ranks, culprits=[],
+            evidence={p.fn_names[f]: {"now_ns_per_step": round(now), "reference_ns_per_step": round(base),
+                                      "ratio": round(ratio, 3), "within_window": True, "ranks_slower": n_shift}},
+            summary=(f"{p.fn_names[f]} runs {ratio:.2f}x slower since a point inside this window on {n_shift} of "
+                     f"{int(ok.sum())} ranks (its best steps at the earlier level, most at the new one): a "
+                     "software regression"),
         ))
     return out
 

@@ -389,6 +389,7 @@ def _fn_rows_merged(f: FnRows, keep: np.ndarray, at: np.ndarray, src: RowArrays)
         "excl_ns": excl,
         "per_step_ns": per_step,
         "low_ns": per_step,  # one step: its cost is its level
+        "high_ns": per_step,
         "median_ns": median,
         "p90_ns": p90,
         "p99_ns": p99,

@@ -58,6 +58,7 @@ def _ref_merge_fn_edges(f):
     out.excl_ns = group_sum(ids, np.asarray(f.excl_ns, dtype=np.float64), n).tolist()
     out.per_step_ns = group_sum(ids, np.asarray(f.per_step_ns, dtype=np.float64), n).tolist()
     out.low_ns = list(out.per_step_ns)
+    out.high_ns = list(out.per_step_ns)
     out.median_ns = (total / np.maximum(count, 1)).tolist()
     out.p90_ns = group_max(ids, np.asarray(f.p90_ns, dtype=np.float64), n).tolist()
     out.p99_ns = group_max(ids, np.asarray(f.p99_ns, dtype=np.float64), n).tolist()

@@ -196,7 +196,7 @@ def _reference_row_stats(cell: np.ndarray, n_cells: int, steps: np.ndarray, dur:
         v = sorted(v)
         return float(v[int(np.floor(q * (len(v) - 1) + 0.5))])
 
-    out: tuple[list[float], ...] = tuple([] for _ in range(10))
+    out: tuple[list[float], ...] = tuple([] for _ in range(11))
     for c in range(n_cells):
         idx = np.flatnonzero(cell == c)
         mine = [int(dur[i]) for i in idx if own is None or own[i]]
@@ -208,7 +208,8 @@ def _reference_row_stats(cell: np.ndarray, n_cells: int, steps: np.ndarray, dur:
         per = list(costs.values())
         for k, v in enumerate((len(mine), float(sum(mine)), float(sum(int(excl[i]) for i in idx)),
                                *(quant(mine, q) if mine else 0.0 for q in (0.5, 0.9, 0.99)),
-                               quant(per, 0.5), quant(per, fn_rows.LOW_Q), len(per), int(idx.min()))):
+                               quant(per, 0.5), quant(per, fn_rows.LOW_Q), quant(per, fn_rows.HIGH_Q), len(per),
+                               int(idx.min()))):
             out[k].append(v)
     return out
 
@@ -236,10 +237,10 @@ def test_row_stats(ks: kernels.Kernels) -> None:
         own = None if trial % 4 else rng.random(m) < 0.7   # continuations: rows of them only too
         got = fn_rows._row_stats(ks, cell, n_cells, steps, dur, excl, np.where(own_dur, 3, 0).astype(np.int8), own)
         assert got is not None
-        count, total, excl_sum, q, per_step, low, fn_steps, first = got
+        count, total, excl_sum, q, per_step, low, high, fn_steps, first = got
         want = _reference_row_stats(cell, n_cells, steps, dur, excl, fn_rows._own_duration(
             np.where(own_dur, 3, 0).astype(np.int8)), own)
-        got_lists = (count, total, excl_sum, q[0], q[1], q[2], per_step, low, fn_steps, first)
+        got_lists = (count, total, excl_sum, q[0], q[1], q[2], per_step, low, high, fn_steps, first)
         for k, (g, w) in enumerate(zip(got_lists, want)):
             assert g.tolist() == w, (trial, k)
     # sums that could reach 2**53: not the kernel's (float sums in record order decide)

@@ -24,7 +24,7 @@ from .counters import (_by_entity_then_value, _equal_groups, _increase, _increas
 from .grouping import (dense_ids, dense_ids_by_sort, group_count, group_max, group_min, group_quantiles, group_sorted, group_sum,
                        sorted_quantiles)
 from .intervals import _AXIS_LIMIT, covered, exclusive_time, merge, merge_sorted
-from .patterns import HOST_LEVEL, LOW_Q, _in_flight_rows, _LEVEL_OF_KIND, _OWN_DURATION_KINDS, stack_depths
+from .patterns import HIGH_Q, HOST_LEVEL, LOW_Q, _in_flight_rows, _LEVEL_OF_KIND, _OWN_DURATION_KINDS, stack_depths
 
 # -- the replaced code (as it was), the reference ---------------------------------------------------------------
 
@@ -156,7 +156,8 @@ def _reference_summarise_fn(fn: Columns, window_end_ns: int | None = None) -> tu
     # The low quantile is what the function costs in its best steps: a level a
     # regression that starts inside the window moves only once >= 95% of the
     # window's steps are past it (the job's history compares it, regression.py).
-    per_step, low = group_quantiles(cell[step_first], group_sum(step_ids, cost, n_cs), n_cells, (0.5, LOW_Q))
+    per_step, low, high = group_quantiles(cell[step_first], group_sum(step_ids, cost, n_cs), n_cells,
+                                          (0.5, LOW_Q, HIGH_Q))
     fn_steps = group_count(cell[step_first], n_cells)
 
     # Step span per rank and step: first start to last end of the step's records.
@@ -180,7 +181,7 @@ def _reference_summarise_fn(fn: Columns, window_end_ns: int | None = None) -> tu
         stack=stack_vocab[a["stack"][rows]].tolist() if len(stack_vocab) else [""] * rows.size,
         kind=kinds[rows].tolist(), count=count.tolist(), total_ns=total.tolist(), excl_ns=excl_sum.tolist(),
         median_ns=q[0].tolist(), p90_ns=q[1].tolist(), p99_ns=q[2].tolist(), per_step_ns=per_step.tolist(),
-        step=part[rows].tolist(), steps=fn_steps.tolist(), low_ns=low.tolist(),
+        step=part[rows].tolist(), steps=fn_steps.tolist(), low_ns=low.tolist(), high_ns=high.tolist(),
     )
     node_vocab = np.asarray(fn.vocab["node"], dtype=object)
     rank_rows = RankRows(rank=a["rank"][rp_rows].tolist(), node=node_vocab[a["node"][rp_rows]].tolist(),
