@@ -69,8 +69,8 @@ class Columns:
         """Decode a dictionary-encoded column to an object array (for display/tests)."""
         return np.asarray(self.vocab[name], dtype=object)[self.arrays[name]] if len(self) else np.empty(0, object)
 
-    def take(self, index: np.ndarray) -> "Columns":
-        """Rows selected by a boolean mask or index array; vocabularies are shared."""
+    def take(self, index: np.ndarray | slice) -> "Columns":
+        """Rows selected by a boolean mask, an index array or a slice; vocabularies are shared."""
         return Columns(self.type, {k: v[index] for k, v in self.arrays.items()}, self.vocab)
 
     def code_of(self, name: str, value: str) -> int:

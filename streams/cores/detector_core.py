@@ -42,7 +42,8 @@ from eroica.models.job_end import JobEnd, encode_job_end
 from eroica.models.eventtime import PAST_SLACK_NS
 from eroica.models.limits import MAX_VERDICT_BYTES
 from eroica.models.records import JobRecord
-from eroica.models.verdict import encode_verdict
+from eroica.models.summary import WindowSummary
+from eroica.models.verdict import Verdict, encode_verdict
 from eroica.streams.detection.budget import MAX_FN_IDENTITIES, fold_fns
 from eroica.streams.detection.detector import detect_step, flush_job
 from eroica.streams.detection.history import JobHistory
@@ -114,7 +115,7 @@ def decode_state(data: bytes) -> JobState:
     return s
 
 
-def encode_patterns(rows: list) -> bytes:
+def encode_patterns(rows: list[WindowSummary]) -> bytes:
     """The patterns-topic message: a msgpack list of WindowSummary maps."""
     return _patterns_encoder.encode(rows)
 
@@ -126,7 +127,7 @@ def encode_patterns(rows: list) -> bytes:
 PATTERNS_MESSAGE_BYTES = 1_000_000
 
 
-def encode_patterns_messages(rows: list, max_bytes: int = PATTERNS_MESSAGE_BYTES) -> list[bytes]:
+def encode_patterns_messages(rows: list[WindowSummary], max_bytes: int = PATTERNS_MESSAGE_BYTES) -> list[bytes]:
     """``rows`` as patterns-topic messages of at most ``max_bytes`` each (rows in order, none split)."""
     data = encode_patterns(rows)
     if len(data) <= max_bytes or len(rows) <= 1:
@@ -392,7 +393,7 @@ class DetectorCore:
         verdicts, st.history = flush_job(st.meta, st.history, detected_at_ns=self.wall_ns())
         return self._verdict_sends(st, verdicts)
 
-    def _verdict_sends(self, st: JobState, verdicts: list) -> list[Send]:
+    def _verdict_sends(self, st: JobState, verdicts: list[Verdict]) -> list[Send]:
         """The verdicts as messages keyed by the job, counted."""
         self.stats.verdicts += len(verdicts)
         metrics.records_out("detector", VERDICTS, len(verdicts))

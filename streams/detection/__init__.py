@@ -76,10 +76,10 @@ def analyze_windows(batches: Iterable[Batch], window_ns: int, detected_at_ns: in
     # End of input: time windows still waiting for whole steps are analysed with
     # what they hold (the streaming detector does the same when every key has
     # ended); their verdicts go with the job's last window.
-    for job, (digest, verdicts) in sorted(held.items()):
-        h = histories[job]
+    for job_id, (digest, verdicts) in sorted(held.items()):  # job_id: `job` above is a JobRecord
+        h = histories[job_id]
         if h.pending:
-            more, histories[job] = flush_job(metas.get(job), h, detected_at_ns)
+            more, histories[job_id] = flush_job(metas.get(job_id), h, detected_at_ns)
             verdicts = verdicts + more
         yield digest, verdicts
 
