@@ -62,7 +62,9 @@ def analyze(run: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("fault, job_args, components", [
-    ("forward compute", ("--slow-factor", "1.5"), {"python", "host_cpu"}),
+    # 2x the forward's work: at 1.5x (a few ms a step) a CI run's victim rank, slowed now and then by the
+    # machine, drew as many (unconfirmed) findings as the slowed rank: the fault must be a straggler, not noise
+    ("forward compute", ("--slow-factor", "2"), {"python", "host_cpu"}),
     ("input pipeline", ("--slow-data-ms", "8"), {"dataloader"}),
 ])
 @pytest.mark.parametrize("attempt", range(REPEAT))
