@@ -414,14 +414,12 @@ class PartitionSummariser:
         if out is not None:  # those rows to the dead-letter topic, the rest of the frame goes on
             self.stats.out_of_time += out.rows.size
             metrics.records_dropped("summariser", "out_of_time", out.rows.size)
-            keep = np.ones(n, dtype=bool)
-            keep[out.rows] = False
-            if not keep.any():
-                return self._letter(key, value, offset, out.reason, token)
-            rejected = self._letter(key, encode_frame(cols.take(out.rows), _meta), offset, out.reason, None)
-            rejected.acks.clear()  # the token waits for the kept records' windows
-            cols = cols.take(keep)
-            n = len(cols)
+            outside = np.zeros(n, dtype=bool)
+            outside[out.rows] = True
+            kept = self._divert(rejected, key, value, cols, _meta, outside, offset, out.reason, token)
+            if kept is None:
+                return rejected
+            cols, n = kept, len(kept)
         if key is None:  # a keyless frame: the key its producer would have given it (kafka.framing)
             if cols.type not in NODE_LEVEL:
                 key = frame_key(job, int(cols.arrays["rank"][0]))
@@ -435,14 +433,11 @@ class PartitionSummariser:
                           f"(through {(js.ended_through + 1) * self.window_ns} ns): send a job's records before "
                           f"its end markers (one replay), or replay this dead letter's records into a new job id")
                 self.stats.after_end += int(after_end.sum())
-                if after_end.all():
-                    rejected.extend(self._letter(key, value, offset, reason, token))
+                kept = self._divert(rejected, key, None if out is not None else value, cols, _meta, after_end,
+                                    offset, reason, token)
+                if kept is None:
                     return rejected
-                letter = self._letter(key, encode_frame(cols.take(after_end), _meta), offset, reason, None)
-                letter.acks.clear()  # the token waits for the kept records' windows
-                rejected.extend(letter)
-                cols = cols.take(~after_end)
-                n = len(cols)
+                cols, n = kept, len(kept)
         js.last_seen = now
         if key in js.ended:
             js.revive(key)
@@ -596,6 +591,23 @@ class PartitionSummariser:
             self.stats.folded_functions += msg.digest.folded - before
             data = encode_message(msg)
         return data
+
+    def _divert(self, step: Step, key: bytes | str | None, value: bytes | None, cols: Columns, meta: dict[str, Any],
+                rows: np.ndarray, offset: int, reason: str, token: Any) -> Columns | None:
+        """The ``rows`` (bool mask) of a frame's ``cols`` to the dead-letter topic with ``reason``, added to ``step``;
+        the rest of the frame, or None when no row is left (the token is then acknowledged with the letter).
+
+        ``value``: the message as read while ``cols`` is all of it (the letter keeps it whole), None once
+        rows were already split off (the letter is then a frame of what is left: no row lettered twice).
+        """
+        if rows.all():
+            step.extend(self._letter(key, value if value is not None else encode_frame(cols, meta), offset, reason,
+                                     token))
+            return None
+        letter = self._letter(key, encode_frame(cols.take(rows), meta), offset, reason, None)
+        letter.acks.clear()  # the token waits for the kept records' windows
+        step.extend(letter)
+        return cols.take(~rows)
 
     def _dead(self, key: bytes | str | None, value: bytes, offset: int, reason: str, token: Any) -> Step:
         self.stats.corrupt += 1
