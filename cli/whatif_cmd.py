@@ -8,6 +8,8 @@ import sys
 import click
 import numpy as np
 
+from eroica.streams.detection.cost import lost_share  # share of throughput lost to S (below 1: negative)
+
 from .main import EXIT_NO_VALID_RECORD
 from .tables import printable
 
@@ -57,11 +59,6 @@ def _jobs(files: tuple[str, ...]):
     return out, valid, invalid
 
 
-def _lost(s: float) -> float:
-    """Share of throughput lost to a slowdown s (negative below 1: only shares >= MIN_SHOWN_COST are shown)."""
-    return 1.0 - 1.0 / s if s > 0 else 0.0
-
-
 def _headline(r: dict) -> str:
     """The job's sentence: its S and cost, or why S is not measurable on it (never a negative cost)."""
     head = f"{printable(r['job'])}: {r['steps']} steps, {r['step_s']['actual']:.3f} s per step measured"
@@ -69,7 +66,7 @@ def _headline(r: dict) -> str:
         return f"{head}: S not measurable: {r['reason']}"
     s = r["slowdown"]
     return (f"{head}, {r['step_s']['ideal']:.3f} s with every operation at its typical duration: "
-            f"S = {s:.3f}, stragglers cost the job {_lost(s):.0%} of its throughput")
+            f"S = {s:.3f}, stragglers cost the job {lost_share(s):.0%} of its throughput")
 
 
 def _ring_note(r: dict) -> str | None:
@@ -85,9 +82,9 @@ def _ring_note(r: dict) -> str | None:
         return None
     g, g_sx = max(groups.items(), key=lambda kv: kv[1])
     _, r_sx = max(ranks.items(), key=lambda kv: kv[1])
-    if _lost(g_sx) < MIN_SHOWN_COST or _lost(g_sx) < 0.9 * _lost(r_sx):
+    if lost_share(g_sx) < MIN_SHOWN_COST or lost_share(g_sx) < 0.9 * lost_share(r_sx):
         return None
-    return (f"the ranks' figures are mostly communicator {printable(g)}'s ({_lost(g_sx):.0%}): its members wait "
+    return (f"the ranks' figures are mostly communicator {printable(g)}'s ({lost_share(g_sx):.0%}): its members wait "
             f"on it; the slow link or data path behind it is the cause (eroica analyze names it)")
 
 
@@ -117,15 +114,15 @@ def render_table(results: list[dict]) -> None:
             table.add_column(col, no_wrap=col != "who", overflow="fold")
         words = []
         for dim, label in names.items():
-            ranked = [kv for kv in sorted(r[dim].items(), key=lambda kv: -kv[1]) if _lost(kv[1]) >= MIN_SHOWN_COST]
+            ranked = [kv for kv in sorted(r[dim].items(), key=lambda kv: -kv[1]) if lost_share(kv[1]) >= MIN_SHOWN_COST]
             # names are data: control and bidi characters shown escaped (cli/tables.printable)
             shown = dict(zip((who for who, _ in ranked[:SHOWN]),
                              column_labels([printable(w) for w, _ in ranked[:SHOWN]], room)))
             for who, sx in ranked[:SHOWN]:
-                table.add_row(label, Text(shown[who]), f"{sx:.3f}", f"{_lost(sx):.1%}")
+                table.add_row(label, Text(shown[who]), f"{sx:.3f}", f"{lost_share(sx):.1%}")
             if ranked:
                 who, sx = ranked[0]
-                words.append(f"{label} {shown[who]} alone costs the job {_lost(sx):.0%} of its throughput")
+                words.append(f"{label} {shown[who]} alone costs the job {lost_share(sx):.0%} of its throughput")
         victims = _ring_note(r)
         if victims:
             words.append(victims)

@@ -39,7 +39,7 @@ import msgspec
 
 from eroica.models.digest import WindowDigest, decoder, encoder, merge_digests
 from eroica.models.job_end import JobEnd, encode_job_end
-from eroica.models.eventtime import PAST_SLACK_NS
+from eroica.models.eventtime import NS_PER_HOUR, PAST_SLACK_NS
 from eroica.models.limits import MAX_VERDICT_BYTES
 from eroica.models.records import JobRecord
 from eroica.models.summary import WindowSummary
@@ -181,7 +181,7 @@ def _before_start(meta: JobRecord | None, msg: DigestMsg) -> str | None:
     """
     if meta is None or meta.ts_ns is None or msg.end_ns > meta.ts_ns - PAST_SLACK_NS:
         return None
-    return (f"window starting {msg.start_ns} ends more than {PAST_SLACK_NS // 3_600_000_000_000} h before its "
+    return (f"window starting {msg.start_ns} ends more than {PAST_SLACK_NS // NS_PER_HOUR} h before its "
             f"job's start (the job record's ts_ns {meta.ts_ns}): records of a clock running behind")
 
 
